@@ -272,7 +272,7 @@ static void state_paths(const char *name, int be) {
         CHECK(kiln_seq_copy(c, 0, 1) == KILN_OK && feed(c, 1, ext + np, 1, lg, V) == 0);
         CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK && feed(c, 1, ext, np + 1, cold, V) == 0);
         const float e = rel_err(lg, cold, V);
-        CHECKF(e <= LOGIT_TOL && argmax(lg, V) == argmax(cold, V), "%s: a fork: %g from fed", name, e);
+        CHECKF(e <= LOGIT_TOL && t_argmax(lg, V) == t_argmax(cold, V), "%s: a fork: %g from fed", name, e);
         printf("%-12s fork: logits %.2e from the tokens fed\n", name, e);
         CHECK(kiln_seq_truncate(c, 1, 0) == KILN_OK);
     }

@@ -19,7 +19,8 @@
 
 /* conv_avx512.c built on emulated intrinsics (tests/CMakeLists.txt, x86-64) */
 #if defined(__x86_64__)
-void kern_gemm_tile_avx512_emu(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
+void kern_gemm_tile_avx512_emu(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c,
+                               size_t ldc);
 #endif
 
 static uint64_t rs = 88172645463325252ull;
@@ -30,7 +31,8 @@ static float frand(void) {
     return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-static void test_conv(int type, int cin, int cout, int h, int w, int k, int stride, int pad, thread_pool *p1, thread_pool *p2) {
+static void test_conv(int type, int cin, int cout, int h, int w, int k, int stride, int pad, thread_pool *p1,
+                      thread_pool *p2) {
     const size_t K = (size_t)cin * (size_t)k * (size_t)k;
     float *wf = malloc((size_t)cout * K * sizeof *wf);
     for (size_t i = 0; i < (size_t)cout * K; i++) wf[i] = frand() * 0.3f;
@@ -55,8 +57,8 @@ static void test_conv(int type, int cin, int cout, int h, int w, int k, int stri
         r = fmax(r, fabs((double)yr[i]));
     }
     /* the same chains in the same order: the same bits */
-    CHECKF(!memcmp(y, yr, ny * sizeof *y), "%s conv %dx%d k%d s%d: differs from the direct twin", quant_get(type)->name, h,
-           w, k, stride);
+    CHECKF(!memcmp(y, yr, ny * sizeof *y), "%s conv %dx%d k%d s%d: differs from the direct twin", quant_get(type)->name,
+           h, w, k, stride);
     CHECK(!memcmp(y, y2, ny * sizeof *y));
     free(wf);
     free(wq);
@@ -95,18 +97,18 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, thread
             ref[(size_t)i * n + j] = s;
         }
     kern_gemm g = {m,
-                 n,
-                 k,
-                 a,
-                 (size_t)k,
-                 kind,
-                 kind == KERN_GB_ROWS ? (const void *)wq : (const void *)bk,
-                 btype,
-                 kind == KERN_GB_ROWS ? rowb : (size_t)n,
-                 c,
-                 (size_t)n + 3,
-                 bias == 1 ? bn : NULL,
-                 bias == 2 ? bm : NULL};
+                   n,
+                   k,
+                   a,
+                   (size_t)k,
+                   kind,
+                   kind == KERN_GB_ROWS ? (const void *)wq : (const void *)bk,
+                   btype,
+                   kind == KERN_GB_ROWS ? rowb : (size_t)n,
+                   c,
+                   (size_t)n + 3,
+                   bias == 1 ? bn : NULL,
+                   bias == 2 ? bm : NULL};
     for (int isa = QUANT_ISA_SCALAR; isa <= QUANT_ISA_AVX512; isa++) {
         for (size_t i = 0; i < (size_t)m * (n + 3); i++) c[i] = 7.0f;
         if (kern_gemm_run_at(isa == QUANT_ISA_SCALAR ? p1 : p2, &g, isa)) continue;
@@ -115,8 +117,8 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, thread
             bad += memcmp(c + (size_t)i * (n + 3), ref + (size_t)i * n, (size_t)n * sizeof *c) != 0;
             bad += c[(size_t)i * (n + 3) + n] != 7.0f; /* nothing written past n */
         }
-        CHECKF(!bad, "gemm level %d kind %d %s %dx%dx%d bias %d: %d rows differ", isa, kind, quant_get(btype)->name, m, n,
-               k, bias, bad);
+        CHECKF(!bad, "gemm level %d kind %d %s %dx%dx%d bias %d: %d rows differ", isa, kind, quant_get(btype)->name, m,
+               n, k, bias, bad);
     }
 #if defined(__x86_64__)
     if (quant_cpu_isa() >= QUANT_ISA_AVX2) { /* conv_avx512.c's tile on emulated intrinsics */
@@ -127,8 +129,8 @@ static void test_gemm(int kind, int btype, int m, int n, int k, int bias, thread
             bad += memcmp(c + (size_t)i * (n + 3), ref + (size_t)i * n, (size_t)n * sizeof *c) != 0;
             bad += c[(size_t)i * (n + 3) + n] != 7.0f;
         }
-        CHECKF(!bad, "gemm avx512 (emulated) kind %d %s %dx%dx%d bias %d: %d rows differ", kind, quant_get(btype)->name, m,
-               n, k, bias, bad);
+        CHECKF(!bad, "gemm avx512 (emulated) kind %d %s %dx%dx%d bias %d: %d rows differ", kind, quant_get(btype)->name,
+               m, n, k, bias, bad);
     }
 #endif
     g.c = c2;

@@ -82,8 +82,9 @@ static uint8_t *make_weights(int t, int rows, int n, size_t *stride, float *deq)
     return w;
 }
 
-static const int types[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0,   QUANT_Q5_1,  QUANT_Q8_0,
-                            QUANT_Q2_K, QUANT_Q3_K, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
+static const int types[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q4_0,   QUANT_Q4_1,
+                            QUANT_Q5_0, QUANT_Q5_1, QUANT_Q8_0, QUANT_Q2_K,   QUANT_Q3_K,
+                            QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_IQ4_NL, QUANT_IQ4_XS};
 #define N_TYPES (int)(sizeof(types) / sizeof(types[0]))
 
 /* Row lengths to try for type t: the block size, odd multiples of it, and
@@ -125,8 +126,8 @@ static void test_matvec(void) {
                     }
                     const float got = y[(size_t)v * ys + r];
                     if (!(fabs(got - ref) <= 2e-5 * mag + 1e-6) && bad++ < 3)
-                        CHECKF(0, "matvec %s n=%d rows=%d vec %d row %d: %g vs %g", quant_get(t)->name, n, rows, v, r, got,
-                               ref);
+                        CHECKF(0, "matvec %s n=%d rows=%d vec %d row %d: %g vs %g", quant_get(t)->name, n, rows, v, r,
+                               got, ref);
                 }
                 CHECK(isnan(y[(size_t)v * ys + rows])); /* nothing written past the rows */
             }
@@ -264,10 +265,10 @@ static void test_rope(void) {
         const int neox = i % 2;
         const int64_t ts = (int64_t)n_head * hd + 4;
         kern_rope rp = {.n_rot = n_rot,
-                      .neox = neox,
-                      .base = i >= 6 ? 1e6f : 10000.0f,
-                      .freq_scale = i == 4 ? 0.25f : 1.0f,
-                      .attn_factor = i == 3 ? 1.5f : 1.0f};
+                        .neox = neox,
+                        .base = i >= 6 ? 1e6f : 10000.0f,
+                        .freq_scale = i == 4 ? 0.25f : 1.0f,
+                        .attn_factor = i == 3 ? 1.5f : 1.0f};
         float ff[64];
         for (int j = 0; j < n_rot / 2; j++) ff[j] = 1.0f + (float)j / 8.0f;
         if (i == 5) rp.freq_factors = ff;
@@ -395,23 +396,23 @@ static void ref_attn_opts(const cache *c, const float *q, const int32_t *table, 
                           int window, const float *sink, float *out) {
     float *scratch = malloc(sizeof(float) * kern_attn_scratch(1, 1, hd, n_pos));
     kern_attn_f16 a = {.q = q,
-                     .nq = 1,
-                     .nt = 1,
-                     .tok_stride = (size_t)hd,
-                     .hd = hd,
-                     .n_pos = n_pos,
-                     .blocks = table,
-                     .block_shift = 4,
-                     .k = c->k + (size_t)kvh * hd,
-                     .v = c->v + (size_t)kvh * hd,
-                     .block_stride = 16 * (size_t)c->cell_stride,
-                     .row_stride = (size_t)c->cell_stride,
-                     .scale = scale,
-                     .acc_f32 = 1,
-                     .window = window,
-                     .sink = sink,
-                     .out = out,
-                     .scratch = scratch};
+                       .nq = 1,
+                       .nt = 1,
+                       .tok_stride = (size_t)hd,
+                       .hd = hd,
+                       .n_pos = n_pos,
+                       .blocks = table,
+                       .block_shift = 4,
+                       .k = c->k + (size_t)kvh * hd,
+                       .v = c->v + (size_t)kvh * hd,
+                       .block_stride = 16 * (size_t)c->cell_stride,
+                       .row_stride = (size_t)c->cell_stride,
+                       .scale = scale,
+                       .acc_f32 = 1,
+                       .window = window,
+                       .sink = sink,
+                       .out = out,
+                       .scratch = scratch};
     kern_ops_at(QUANT_ISA_SCALAR)->attn_f16(&a);
     free(scratch);
 }
@@ -585,22 +586,22 @@ static void test_kv_q8(void) {
                 const int kvh = h / (n_head / n_kv_head);
                 float *scratch = malloc(sizeof(float) * kern_attn_scratch(1, 1, hd, n_kv[s]));
                 kern_attn_q8 a = {.q = q + s * qs + h * hd,
-                                .nq = 1,
-                                .nt = 1,
-                                .tok_stride = (size_t)hd,
-                                .hd = hd,
-                                .n_pos = n_kv[s],
-                                .blocks = tables + s * table_stride,
-                                .block_shift = 4,
-                                .k = k + kvh * row,
-                                .v = v + kvh * row,
-                                .block_stride = 16 * (size_t)cstride,
-                                .row_stride = (size_t)cstride,
-                                .scale = scale,
-                                .window = window,
-                                .sink = sk ? sk + h : NULL,
-                                .out = refo,
-                                .scratch = scratch};
+                                  .nq = 1,
+                                  .nt = 1,
+                                  .tok_stride = (size_t)hd,
+                                  .hd = hd,
+                                  .n_pos = n_kv[s],
+                                  .blocks = tables + s * table_stride,
+                                  .block_shift = 4,
+                                  .k = k + kvh * row,
+                                  .v = v + kvh * row,
+                                  .block_stride = 16 * (size_t)cstride,
+                                  .row_stride = (size_t)cstride,
+                                  .scale = scale,
+                                  .window = window,
+                                  .sink = sk ? sk + h : NULL,
+                                  .out = refo,
+                                  .scratch = scratch};
                 kern_ops_at(QUANT_ISA_SCALAR)->attn_q8(&a);
                 free(scratch);
                 for (int d = 0; d < hd; d++)
@@ -741,22 +742,22 @@ static void test_gdn_rec(void) {
         for (int h = 0; h < Hv; h++) {
             const int kh = grouped ? h / (Hv / Hk) : h % Hk;
             kern_gdn a = {n,
-                        0,
-                        dk,
-                        dv,
-                        qkv + kh * dk,
-                        qkv + (Hk + kh) * dk,
-                        (size_t)ld,
-                        qkv + 2 * Hk * dk + h * dv,
-                        (size_t)ld,
-                        g + h,
-                        beta + h,
-                        (size_t)ld_gb,
-                        scale,
-                        rst + (size_t)h * dv * dk,
-                        ro + h * dv,
-                        (size_t)Hv * dv,
-                        NULL};
+                          0,
+                          dk,
+                          dv,
+                          qkv + kh * dk,
+                          qkv + (Hk + kh) * dk,
+                          (size_t)ld,
+                          qkv + 2 * Hk * dk + h * dv,
+                          (size_t)ld,
+                          g + h,
+                          beta + h,
+                          (size_t)ld_gb,
+                          scale,
+                          rst + (size_t)h * dv * dk,
+                          ro + h * dv,
+                          (size_t)Hv * dv,
+                          NULL};
             ref->gdn_step(&a);
         }
         cr_gdn_rec(qkv, ld, g, beta, ld_gb, st, c == 1 ? NULL : o, n, Hk, Hv, dk, dv, grouped, scale);

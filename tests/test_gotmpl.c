@@ -303,7 +303,8 @@ static void test_real_templates(void) {
         json_array_foreach(cases, k, c) {
             json_t *think = json_object_get(c, "think");
             /* a hundredth of each default budget: real templates render far inside them */
-            chat_opts tight = {CHAT_DEFAULT_STEPS / 100, CHAT_DEFAULT_OUTPUT / 100, CHAT_DEFAULT_MEMORY / 100, NULL, NULL};
+            chat_opts tight = {CHAT_DEFAULT_STEPS / 100, CHAT_DEFAULT_OUTPUT / 100, CHAT_DEFAULT_MEMORY / 100, NULL,
+                               NULL};
             char *got =
                 t ? render_chat_opts_e(t, json_object_get(c, "messages"), json_object_get(c, "tools"),
                                        json_is_boolean(think) ? json_is_true(think) : -1, &tight, err, sizeof err)

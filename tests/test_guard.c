@@ -77,7 +77,8 @@ static void exposed(void) {
 
 static void patterns(void) {
     server_guard g;
-    CHECK(server_guard_init(&g, "127.0.0.1", " http://mybox.lan:8080/ , https://*.example.org,chrome-extension://*") == 0);
+    CHECK(server_guard_init(&g, "127.0.0.1", " http://mybox.lan:8080/ , https://*.example.org,chrome-extension://*") ==
+          0);
     CHECK(g.n_origins == 3 && !g.any_origin);
     CHECK(server_guard_origin_ok(&g, "http://mybox.lan:8080", "127.0.0.1:8080"));
     CHECK(server_guard_origin_ok(&g, "HTTP://MyBox.lan:8080", "127.0.0.1:8080"));

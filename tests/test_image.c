@@ -163,8 +163,8 @@ static void test_stages(json_t *ref) {
     image_rng_seed(&r, (uint64_t)json_integer_value(json_object_get(ds, "noise_seed")));
     image_rng_gauss(&r, x, nz);
     float *rd = read_f32(TINY "ref_dit_step.f32", no);
-    CHECK(image_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out, err,
-                      sizeof err) == 0);
+    CHECK(image_dit_once(p, x, (float)json_number_value(json_object_get(ds, "timestep")), rt5 ? rt5 : states, n, out,
+                         err, sizeof err) == 0);
     e = rd ? max_err(out, rd, no, &rmax) : INFINITY;
     printf("dit step: max abs error %.3g (values up to %.3g)\n", e, rmax);
     CHECK(e < 5e-3);
@@ -192,11 +192,11 @@ static void test_stages(json_t *ref) {
 static uint8_t *generate(image_pipeline *p, json_t *ref, size_t *len) {
     json_t *pl = json_object_get(ref, "pipeline");
     image_request r = {json_string_value(json_object_get(ref, "prompt")),
-                    (int)json_integer_value(json_object_get(pl, "steps")),
-                    (float)json_number_value(json_object_get(pl, "cfg")),
-                    (uint64_t)json_integer_value(json_object_get(pl, "seed")),
-                    NULL,
-                    NULL};
+                       (int)json_integer_value(json_object_get(pl, "steps")),
+                       (float)json_number_value(json_object_get(pl, "cfg")),
+                       (uint64_t)json_integer_value(json_object_get(pl, "seed")),
+                       NULL,
+                       NULL};
     uint8_t *png = NULL;
     char err[256];
     int rc = image_generate(p, &r, &png, len, err, sizeof err);

@@ -275,7 +275,8 @@ static void check_dots(int t) {
     const quant_traits *tr = quant_get(t), *q8 = quant_get(QUANT_Q8_K);
     static uint8_t qx[NB * 110], qa[NB * 292];
     static float x[NB * 256], a[NB * 256], ar[NB * 256];
-    const quant_vec_dot_fn twins[3] = {quant_vec_dot_at(t, QUANT_ISA_AVX2), quant_vec_dot_at(t, QUANT_ISA_AVX512), IQ_EMU(t)};
+    const quant_vec_dot_fn twins[3] = {quant_vec_dot_at(t, QUANT_ISA_AVX2), quant_vec_dot_at(t, QUANT_ISA_AVX512),
+                                       IQ_EMU(t)};
     static const char *names[3] = {"avx2", "avx512", "avx512 (emulated)"};
 #if defined(__x86_64__)
     CHECKF(quant_cpu_isa() < QUANT_ISA_AVX2 || twins[0], "%s: no AVX2 kernel", tr->name);

@@ -841,8 +841,8 @@ static int call_feed(const sample_schema *const *schemas, const char *const *nam
     return i;
 }
 
-static void call_expect(const sample_schema *const *schemas, const char *const *names, int n, int think, const char *text,
-                        int stop, const char *what) {
+static void call_expect(const sample_schema *const *schemas, const char *const *names, int n, int think,
+                        const char *text, int stop, const char *what) {
     int whole;
     const int got = call_feed(schemas, names, n, think, text, &whole);
     if (stop < 0)
@@ -856,7 +856,7 @@ static void call_expect(const sample_schema *const *schemas, const char *const *
  * after it. */
 static void test_call_forms(void) {
     sample_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
-                                 "\"required\": [\"city\"]}");
+                                     "\"required\": [\"city\"]}");
     const sample_schema *schemas[] = {weather, NULL};
     const char *names[] = {"get_weather", "get_time"};
     static const struct {
@@ -898,9 +898,9 @@ static void test_call_forms(void) {
 
 static void test_call(void) {
     sample_schema *weather = compile("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
-                                 "\"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}");
+                                     "\"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}");
     sample_schema *clock = compile("{\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}, "
-                               "\"required\": [\"tz\"]}");
+                                   "\"required\": [\"tz\"]}");
     const sample_schema *schemas[] = {weather, clock};
     const char *names[] = {"get_weather", "get_time"};
     const char *w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
@@ -1111,8 +1111,8 @@ static void test_infinite(void) {
     run_refusals(k_infinite, N_OF(k_infinite));
     /* a union with one finite branch: the other is never begun */
     sample_schema *s = compile("{\"$defs\": {\"inf\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": "
-                           "\"#/$defs/inf\"}}, \"required\": [\"x\"]}}, \"anyOf\": [{\"$ref\": \"#/$defs/inf\"}, "
-                           "{\"type\": \"null\"}]}");
+                               "\"#/$defs/inf\"}}, \"required\": [\"x\"]}}, \"anyOf\": [{\"$ref\": \"#/$defs/inf\"}, "
+                               "{\"type\": \"null\"}]}");
     expect(s, "null", WHOLE, "the finite branch");
     expect(s, "{", 0, "the branch without a finite value");
     sample_schema_free(s);

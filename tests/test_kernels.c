@@ -159,7 +159,7 @@ static void *make_weights(int t, int64_t nrows, int64_t ncols) {
 
 #if defined(__x86_64__)
 void kern_tile_f16_avx512_emu(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                            int64_t ldy);
+                              int64_t ldy);
 #endif
 
 /* The F16 block kernels at each SIMD level (AVX2, AVX-512 native and on
@@ -266,8 +266,8 @@ static int count_bad_outputs(const kern_mat *w0, const kern_mat *w1, const float
  * routes rows): w0 over tokens [a0, a0 + n0) and w1 over [a1, a1 + n1) of
  * x, each output row t the product with token a + t.  Returns how many of
  * the outputs differ from the reference dots. */
-static int check_ranged(thread_pool *pool, const kern_mat *w0, const kern_mat *w1, const float *x, int n_tok, int a0, int n0,
-                        int a1, int n1, void *scratch, uint8_t *xa) {
+static int check_ranged(thread_pool *pool, const kern_mat *w0, const kern_mat *w1, const float *x, int n_tok, int a0,
+                        int n0, int a1, int n1, void *scratch, uint8_t *xa) {
     const quant_traits *tr = quant_get(w0->type);
     const int64_t ncols = w0->ncols;
     const size_t wrow = quant_row_size(w0->type, ncols);
@@ -302,7 +302,8 @@ static void test_matmul(thread_pool *pool, int t) {
     const int64_t ncols = 256, r0 = 37, r1 = 20;
     const int n_tok = 7;
     const quant_traits *tr = quant_get(t);
-    kern_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL}, w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
+    kern_mat w0 = {make_weights(t, r0, ncols), t, ncols, r0, NULL},
+             w1 = {make_weights(t, r1, ncols), t, ncols, r1, NULL};
     float *x = malloc((size_t)(n_tok * ncols) * sizeof(float));
     fill(x, (int)(n_tok * ncols), 1.0f);
     float *y0 = calloc((size_t)(n_tok * r0), sizeof(float)), *y1 = calloc((size_t)(n_tok * r1), sizeof(float));
@@ -379,23 +380,23 @@ static void test_attn(const kern_ops *s, const kern_ops *v) {
                             memset(o1, 0, sizeof o1);
                             memset(o2, 0, sizeof o2);
                             kern_attn_f16 a = {.q = q,
-                                             .nq = nq,
-                                             .nt = nt,
-                                             .tok_stride = TOK,
-                                             .hd = hd,
-                                             .n_pos = n_pos,
-                                             .blocks = blocks,
-                                             .block_shift = 4,
-                                             .k = kc + HMAX,
-                                             .v = vc + 3,
-                                             .block_stride = 16 * STRIDE,
-                                             .row_stride = STRIDE,
-                                             .scale = 1.0f / sqrtf((float)hd),
-                                             .acc_f32 = acc_f32,
-                                             .window = window,
-                                             .sink = sink,
-                                             .out = o1,
-                                             .scratch = scratch};
+                                               .nq = nq,
+                                               .nt = nt,
+                                               .tok_stride = TOK,
+                                               .hd = hd,
+                                               .n_pos = n_pos,
+                                               .blocks = blocks,
+                                               .block_shift = 4,
+                                               .k = kc + HMAX,
+                                               .v = vc + 3,
+                                               .block_stride = 16 * STRIDE,
+                                               .row_stride = STRIDE,
+                                               .scale = 1.0f / sqrtf((float)hd),
+                                               .acc_f32 = acc_f32,
+                                               .window = window,
+                                               .sink = sink,
+                                               .out = o1,
+                                               .scratch = scratch};
                             CHECK(kern_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
                             s->attn_f16(&a);
                             a.out = o2;
@@ -459,10 +460,10 @@ static void test_attn(const kern_ops *s, const kern_ops *v) {
                             for (int i = 0; i < hd; i++) {
                                 double r = 0.0;
                                 for (int t = lo; t < counts[c]; t++)
-                                    r +=
-                                        w[t] / sum *
-                                        quant_f16_to_f32(vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE +
-                                                         (size_t)i]);
+                                    r += w[t] / sum *
+                                         quant_f16_to_f32(
+                                             vc[3 + ((size_t)blocks[t >> 4] * 16 + (size_t)(t & 15)) * STRIDE +
+                                                (size_t)i]);
                                 if (fabs(r - o1[i]) > err) err = fabs(r - o1[i]);
                             }
                             CHECKF(
@@ -521,22 +522,22 @@ static void test_attn_q8(const kern_ops *s, const kern_ops *v) {
                             memset(o1, 0, sizeof o1);
                             memset(o2, 0, sizeof o2);
                             kern_attn_q8 a = {.q = q,
-                                            .nq = nq,
-                                            .nt = nt,
-                                            .tok_stride = TOK,
-                                            .hd = hd,
-                                            .n_pos = n_pos,
-                                            .blocks = b4 ? blocks4 : blocks,
-                                            .block_shift = b4 ? 2 : 4,
-                                            .k = kc,
-                                            .v = vc,
-                                            .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
-                                            .row_stride = STRIDE,
-                                            .scale = 1.0f / sqrtf((float)hd),
-                                            .window = window,
-                                            .sink = sink,
-                                            .out = o1,
-                                            .scratch = scratch};
+                                              .nq = nq,
+                                              .nt = nt,
+                                              .tok_stride = TOK,
+                                              .hd = hd,
+                                              .n_pos = n_pos,
+                                              .blocks = b4 ? blocks4 : blocks,
+                                              .block_shift = b4 ? 2 : 4,
+                                              .k = kc,
+                                              .v = vc,
+                                              .block_stride = (b4 ? 4 : 16) * (size_t)STRIDE,
+                                              .row_stride = STRIDE,
+                                              .scale = 1.0f / sqrtf((float)hd),
+                                              .window = window,
+                                              .sink = sink,
+                                              .out = o1,
+                                              .scratch = scratch};
                             CHECK(kern_attn_scratch(nq, nt, hd, n_pos) <= sizeof scratch / sizeof scratch[0]);
                             s->attn_q8(&a);
                             a.out = o2;
@@ -892,20 +893,20 @@ static void test_ssd(const kern_ssm_ops *s, const kern_ssm_ops *v) {
         const int cuts[] = {0, 1, 4, NT};
         for (int c = 0; c < 3; c++) {
             kern_ssd b = {cuts[c + 1] - cuts[c],
-                        P,
-                        NS,
-                        x + cuts[c] * P,
-                        P,
-                        B + cuts[c] * NS,
-                        C + cuts[c] * NS,
-                        (size_t)NS,
-                        dt + cuts[c],
-                        1,
-                        A,
-                        D,
-                        sb,
-                        yb + cuts[c] * P,
-                        P};
+                          P,
+                          NS,
+                          x + cuts[c] * P,
+                          P,
+                          B + cuts[c] * NS,
+                          C + cuts[c] * NS,
+                          (size_t)NS,
+                          dt + cuts[c],
+                          1,
+                          A,
+                          D,
+                          sb,
+                          yb + cuts[c] * P,
+                          P};
             s->ssd_scan(&b);
         }
         CHECK(memcmp(ya, yb, sizeof ya) == 0 && memcmp(sa, sb, (size_t)P * NS * sizeof(float)) == 0);
@@ -950,7 +951,8 @@ static void test_gdn(const kern_ssm_ops *s, const kern_ssm_ops *v) {
         gdn_inputs(n, dk, dv, q, k, vv, g, beta);
         fill(s0, dk * dv, 0.5f);
         const float scale = 1.0f / sqrtf((float)dk);
-        kern_gdn a = {n, pos0, dk, dv, q, k, (size_t)dk, vv, (size_t)dv, g, beta, 1, scale, sa, oa, (size_t)dv, scratch};
+        kern_gdn a = {n, pos0, dk, dv,    q,  k,  (size_t)dk, vv,     (size_t)dv,
+                      g, beta, 1,  scale, sa, oa, (size_t)dv, scratch};
         kern_gdn b = a;
         b.s = sb;
         b.o = ob;

@@ -309,8 +309,9 @@ static void check_hashes(void) {
         int type;
         uint64_t hash;
     } H[] = {
-        {QUANT_Q2_K, 0x083d8666eaab11b0ull},   {QUANT_Q3_K, 0xc755752400ecf030ull},   {QUANT_Q4_K, 0x96553c2e5107f4c9ull},
-        {QUANT_Q5_K, 0x88650f1d14ab89f5ull},   {QUANT_Q6_K, 0x7101d865d06c8cdbull},   {QUANT_Q8_K, 0x76ab3fa1a2ec56cfull},
+        {QUANT_Q2_K, 0x083d8666eaab11b0ull},   {QUANT_Q3_K, 0xc755752400ecf030ull},
+        {QUANT_Q4_K, 0x96553c2e5107f4c9ull},   {QUANT_Q5_K, 0x88650f1d14ab89f5ull},
+        {QUANT_Q6_K, 0x7101d865d06c8cdbull},   {QUANT_Q8_K, 0x76ab3fa1a2ec56cfull},
         {QUANT_IQ4_NL, 0xce19c2159b37f0d1ull}, {QUANT_IQ4_XS, 0x48367de664945fa5ull},
     };
     static float x[4096];

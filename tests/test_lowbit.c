@@ -608,16 +608,16 @@ static int write_model(const char *path, int t, int as_f32) {
             float *f = malloc(sizeof(float) * (size_t)(a) * (b)); \
             tr->to_f32(q, f, (int64_t)(a) * (b));                 \
             free(q);                                              \
-            gguf_w_tensor(w, nm, QUANT_F32, 2, ne, f);               \
+            gguf_w_tensor(w, nm, QUANT_F32, 2, ne, f);            \
             bufs[nbuf++] = f;                                     \
         } else {                                                  \
             gguf_w_tensor(w, nm, (uint32_t)t, 2, ne, q);          \
             bufs[nbuf++] = q;                                     \
         }                                                         \
     } while (0)
-#define T1(nm, a)                                  \
-    do {                                           \
-        int64_t ne[1] = {a};                       \
+#define T1(nm, a)                                     \
+    do {                                              \
+        int64_t ne[1] = {a};                          \
         gguf_w_tensor(w, nm, QUANT_F32, 1, ne, ones); \
     } while (0)
     T2("token_embd.weight", E, V);

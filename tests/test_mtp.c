@@ -321,7 +321,8 @@ static void no_trace(const char *name, fixture *f) {
     /* the next proposal from both */
     int32_t seq = 0, pos = len, tok = o.tok[o.n - 1];
     uint8_t ch = 0;
-    CHECK(model_mtp_step(c, 1, &seq, &pos, &tok, &ch) == KILN_OK && model_mtp_step(z, 1, &seq, &pos, &tok, &ch) == KILN_OK);
+    CHECK(model_mtp_step(c, 1, &seq, &pos, &tok, &ch) == KILN_OK &&
+          model_mtp_step(z, 1, &seq, &pos, &tok, &ch) == KILN_OK);
     CHECKF(!memcmp(model_mtp_logits(c, 0), model_mtp_logits(z, 0), (size_t)f->n_vocab * sizeof(float)),
            "%s: the next MTP logits differ from plain decoding's", name);
     const int32_t last = o.tok[o.n - 1];

@@ -184,8 +184,8 @@ static void test_round_trip(int t) {
  * their results are its floats, bit for bit. */
 static int neon_exact(int t) {
 #if defined(__aarch64__)
-    return t == QUANT_Q8_0 || t == QUANT_Q4_0 || t == QUANT_Q4_K || t == QUANT_Q5_K || t == QUANT_Q6_K || t == QUANT_IQ4_NL ||
-           t == QUANT_IQ4_XS;
+    return t == QUANT_Q8_0 || t == QUANT_Q4_0 || t == QUANT_Q4_K || t == QUANT_Q5_K || t == QUANT_Q6_K ||
+           t == QUANT_IQ4_NL || t == QUANT_IQ4_XS;
 #else
     (void)t;
     return 0;
@@ -261,7 +261,8 @@ static void test_dots(int t) {
 /* ---- SIMD quantizers vs reference ---- */
 
 static int is_legacy(int t) {
-    return t == QUANT_Q4_0 || t == QUANT_Q4_1 || t == QUANT_Q5_0 || t == QUANT_Q5_1 || t == QUANT_Q8_0 || t == QUANT_Q8_1;
+    return t == QUANT_Q4_0 || t == QUANT_Q4_1 || t == QUANT_Q5_0 || t == QUANT_Q5_1 || t == QUANT_Q8_0 ||
+           t == QUANT_Q8_1;
 }
 
 static void test_fast_quant(int t) {
@@ -435,8 +436,9 @@ static void test_table(void) {
         size_t bsize;
         int vdt;
     } known[] = {
-        {"F32", QUANT_F32, 1, 4, QUANT_F32},      {"F16", QUANT_F16, 1, 2, QUANT_F16},      {"BF16", QUANT_BF16, 1, 2, QUANT_BF16},
-        {"Q4_0", QUANT_Q4_0, 32, 18, QUANT_Q8_0}, {"Q4_1", QUANT_Q4_1, 32, 20, QUANT_Q8_1}, {"Q5_0", QUANT_Q5_0, 32, 22, QUANT_Q8_0},
+        {"F32", QUANT_F32, 1, 4, QUANT_F32},      {"F16", QUANT_F16, 1, 2, QUANT_F16},
+        {"BF16", QUANT_BF16, 1, 2, QUANT_BF16},   {"Q4_0", QUANT_Q4_0, 32, 18, QUANT_Q8_0},
+        {"Q4_1", QUANT_Q4_1, 32, 20, QUANT_Q8_1}, {"Q5_0", QUANT_Q5_0, 32, 22, QUANT_Q8_0},
         {"Q5_1", QUANT_Q5_1, 32, 24, QUANT_Q8_1}, {"Q8_0", QUANT_Q8_0, 32, 34, QUANT_Q8_0},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -454,10 +456,12 @@ static void test_table(void) {
     CHECK(quant_from_name("Q9_9") == -1 && quant_from_name("") == -1 && quant_from_name(NULL) == -1);
     CHECK(quant_get(-1) == NULL && quant_get(QUANT_TYPE_COUNT) == NULL && quant_get(4) == NULL && !quant_supported(5));
 #if defined(__aarch64__)
-    CHECK(strcmp(quant_isa_name(QUANT_ISA_SCALAR), "scalar") == 0 && strcmp(quant_isa_name(QUANT_ISA_NEON), "neon") == 0 &&
+    CHECK(strcmp(quant_isa_name(QUANT_ISA_SCALAR), "scalar") == 0 &&
+          strcmp(quant_isa_name(QUANT_ISA_NEON), "neon") == 0 &&
           strcmp(quant_isa_name(QUANT_ISA_DOTPROD), "dotprod") == 0);
 #else
-    CHECK(strcmp(quant_isa_name(QUANT_ISA_SCALAR), "scalar") == 0 && strcmp(quant_isa_name(QUANT_ISA_AVX512), "avx512") == 0);
+    CHECK(strcmp(quant_isa_name(QUANT_ISA_SCALAR), "scalar") == 0 &&
+          strcmp(quant_isa_name(QUANT_ISA_AVX512), "avx512") == 0);
 #endif
 
     /* every level's table: the scalar one holds the reference kernels, the
@@ -554,8 +558,8 @@ static void test_tiles(void) {
                     free(x);
                     free(y);
                 }
-            CHECKF(bad == 0, "%s block kernel at %s: %d of %d outputs differ from vec_dot", tr->name, quant_isa_name(isa),
-                   bad, total);
+            CHECKF(bad == 0, "%s block kernel at %s: %d of %d outputs differ from vec_dot", tr->name,
+                   quant_isa_name(isa), bad, total);
         }
     printf("block kernels: %d checked\n", ran);
 }

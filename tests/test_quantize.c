@@ -85,18 +85,18 @@ static int write_k_model(const char *path, int n_layer) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         buf[i] = ((float)((x >> 40) & 0xffff) / 65536.0f - 0.5f) * 0.2f;
     }
-#define T2(name, a, b)                            \
-    do {                                          \
-        int64_t ne[2] = {a, b};                   \
+#define T2(name, a, b)                               \
+    do {                                             \
+        int64_t ne[2] = {a, b};                      \
         gguf_w_tensor(w, name, QUANT_F32, 2, ne, p); \
-        p += (size_t)(a) * (b);                   \
+        p += (size_t)(a) * (b);                      \
     } while (0)
-#define T1(name, a)                                \
-    do {                                           \
-        int64_t ne[1] = {a};                       \
-        for (int k = 0; k < (a); k++) p[k] = 1.0f; \
-        gguf_w_tensor(w, name, QUANT_F32, 1, ne, p);  \
-        p += (a);                                  \
+#define T1(name, a)                                  \
+    do {                                             \
+        int64_t ne[1] = {a};                         \
+        for (int k = 0; k < (a); k++) p[k] = 1.0f;   \
+        gguf_w_tensor(w, name, QUANT_F32, 1, ne, p); \
+        p += (a);                                    \
     } while (0)
     T2("token_embd.weight", E, V);
     T2("output.weight", E, V);

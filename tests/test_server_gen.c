@@ -346,8 +346,8 @@ static void call_forms(kiln_model *m) {
          "\"arguments\": \"{\\\"tz\\\": 1}\"}",
          "", "",
          "[{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"get_time\", \"arguments\": {\"tz\": 1}}]"},
-        {SERVER_CF_LLAMA3, "{\"name\": \"unknown\", \"parameters\": {}}", "", "{\"name\": \"unknown\", \"parameters\": {}}",
-         "[]"},
+        {SERVER_CF_LLAMA3, "{\"name\": \"unknown\", \"parameters\": {}}", "",
+         "{\"name\": \"unknown\", \"parameters\": {}}", "[]"},
         {SERVER_CF_LLAMA3, "{\"answer\": 42}", "", "{\"answer\": 42}", "[]"},
         {SERVER_CF_LLAMA3, "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "",
          "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", "[]"},
@@ -364,8 +364,9 @@ static void call_forms(kiln_model *m) {
         {SERVER_CF_MISTRAL,
          "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}]", "",
          "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {SERVER_CF_MISTRAL, "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
-         "", "Let me check.",
+        {SERVER_CF_MISTRAL,
+         "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}", "",
+         "Let me check.",
          "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": "
          "{}}]"},
         {SERVER_CF_MISTRAL, "[TOOL_CALLS]get_weather[CALL_ID]x1[ARGS]{\"city\": \"Rome\"}", "", "",
@@ -407,8 +408,9 @@ static void call_forms(kiln_model *m) {
         {SERVER_CF_DEEPSEEK, "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "",
          "a<｜tool▁calls▁begin｜>oops<｜tool▁calls▁end｜>b", "[]"},
         /* Phi-4-mini and Nemotron Nano 2: a JSON array between tags */
-        {SERVER_CF_PHI4, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>",
-         "", "", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
+        {SERVER_CF_PHI4,
+         "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]<|/tool_call|>", "", "",
+         "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
         {SERVER_CF_PHI4, "functools[{\"name\": \"get_time\", \"arguments\": {}}]", "", "",
          "[{\"name\": \"get_time\", \"arguments\": {}}]"},
         {SERVER_CF_PHI4, "Use functools.partial here.", "", "Use functools.partial here.", "[]"},
@@ -439,8 +441,8 @@ static void call_forms(kiln_model *m) {
                 const int ok = !strcmp(str(&k.reasoning), cases[c].reasoning) &&
                                !strcmp(str(&k.content), cases[c].content) && k.n == 0 && json_equal(k.tools, want);
                 char *got = json_dumps(k.tools, JSON_COMPACT);
-                CHECKF(ok, "%s case %zu, cut %zu%s: reasoning '%s', content '%s', calls %s", server_callfmt_name(g_fmt), c,
-                       at, parts ? " in parts" : "", str(&k.reasoning), str(&k.content), got);
+                CHECKF(ok, "%s case %zu, cut %zu%s: reasoning '%s', content '%s', calls %s", server_callfmt_name(g_fmt),
+                       c, at, parts ? " in parts" : "", str(&k.reasoning), str(&k.content), got);
                 free(got);
                 fails += !ok;
                 done(&k);

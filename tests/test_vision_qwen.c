@@ -114,7 +114,8 @@ static void end_to_end(char *api_text, size_t cap) {
     unsigned char *png = read_all("data/vision/qwen25vl-image.png", &len);
     const kiln_image_input img = {png, len, 0, 0};
     vision_prompt vp;
-    CHECKF(png && model_image_prompt(m, QPROMPT, strlen(QPROMPT), 1, 1, &img, 1, &vp) == KILN_OK, "%s", kiln_last_error());
+    CHECKF(png && model_image_prompt(m, QPROMPT, strlen(QPROMPT), 1, 1, &img, 1, &vp) == KILN_OK, "%s",
+           kiln_last_error());
     CHECK(vp.n_rows == 30 && vp.mpos != NULL && vp.n_embd == 64);
     kiln_model_info info;
     kiln_model_get_info(m, &info);

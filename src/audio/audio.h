@@ -47,15 +47,17 @@ typedef struct audio_info {
 kiln_status audio_read_file(const char *path, double max_seconds, float **out, int64_t *n, audio_info *info);
 /* The same from memory (e.g. an upload): data of len bytes in any format
  * libsndfile reads. */
-kiln_status audio_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, audio_info *info);
+kiln_status audio_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n,
+                              audio_info *info);
 /* Converts interleaved PCM (n_samples values, frames of channels) at rate
  * to 16 kHz mono. */
-kiln_status audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out, int64_t *n);
+kiln_status audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
+                             int64_t *n);
 
 /* Log-mel of x[0..n) followed by pad zero samples: *mel is malloc'ed
  * [n_mels][*n_frames] (row stride *n_frames), n_frames = (n + pad) / 160.
  * filters is [n_mels][201].  pool may be NULL (one thread). */
 kiln_status audio_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, thread_pool *pool,
-                       float **mel, int64_t *n_frames);
+                          float **mel, int64_t *n_frames);
 
 #endif

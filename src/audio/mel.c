@@ -106,7 +106,7 @@ static void run(thread_pool *pool, thread_pool_fn fn, void *ud) {
 }
 
 kiln_status audio_log_mel(const float *x, int64_t n, int64_t pad, const float *filters, int n_mels, thread_pool *pool,
-                       float **mel, int64_t *n_frames) {
+                          float **mel, int64_t *n_frames) {
     *mel = NULL;
     *n_frames = 0;
     int64_t total = n + pad;

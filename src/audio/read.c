@@ -104,7 +104,9 @@ static kiln_status conv_resample(conv *c, int64_t k, int end) {
         d.src_ratio = c->ratio;
         d.end_of_input = end;
         int rc = src_process(c->src, &d);
-        if (rc) { return base_fail(KILN_ERR_INVALID_ARG, "resampling from %d Hz failed: %s", c->rate, src_strerror(rc)); }
+        if (rc) {
+            return base_fail(KILN_ERR_INVALID_ARG, "resampling from %d Hz failed: %s", c->rate, src_strerror(rc));
+        }
         in += d.input_frames_used;
         k -= d.input_frames_used;
         c->n += d.output_frames_gen;
@@ -121,8 +123,8 @@ static kiln_status conv_push(conv *c, const float *pcm, int64_t frames) {
         int64_t k = frames < CHUNK_FRAMES ? frames : CHUNK_FRAMES;
         if (c->frames + k > c->max_frames) {
             return base_fail(KILN_ERR_UNSUPPORTED,
-                           "audio is longer than the limit of %.0f s (stopped after decoding %.1f s)", c->max_seconds,
-                           (double)c->max_frames / c->rate);
+                             "audio is longer than the limit of %.0f s (stopped after decoding %.1f s)", c->max_seconds,
+                             (double)c->max_frames / c->rate);
         }
         for (int64_t f = 0; f < k; f++) {
             double s = 0;
@@ -131,7 +133,7 @@ static kiln_status conv_push(conv *c, const float *pcm, int64_t frames) {
                 if (!isfinite(v)) {
                     int64_t at = (c->frames + f) * ch + i;
                     return base_fail(KILN_ERR_INVALID_ARG, "sample %lld (frame %lld, channel %d) is not finite",
-                                   (long long)at, (long long)(c->frames + f), i);
+                                     (long long)at, (long long)(c->frames + f), i);
                 }
                 s += v;
             }
@@ -164,7 +166,7 @@ static kiln_status conv_finish(conv *c, float **out, int64_t *n) {
 }
 
 kiln_status audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, int32_t channels, float **out,
-                          int64_t *n) {
+                             int64_t *n) {
     *out = NULL;
     *n = 0;
     kiln_status st = check_format(rate, channels);
@@ -172,18 +174,18 @@ kiln_status audio_to_mono16k(const float *pcm, int64_t n_samples, int32_t rate, 
     if (n_samples < 0 || (n_samples > 0 && !pcm)) { return base_fail(KILN_ERR_INVALID_ARG, "no samples given"); }
     if (n_samples % channels) {
         return base_fail(KILN_ERR_INVALID_ARG, "%lld samples are not whole frames of %d channels", (long long)n_samples,
-                       channels);
+                         channels);
     }
     int64_t frames = n_samples / channels;
     if ((double)frames / rate > AUDIO_MAX_SECONDS) {
         return base_fail(KILN_ERR_INVALID_ARG, "%.0f s of audio is more than %.0f s", (double)frames / rate,
-                       AUDIO_MAX_SECONDS);
+                         AUDIO_MAX_SECONDS);
     }
     /* every sample is checked before anything is allocated */
     for (int64_t i = 0; i < n_samples; i++)
         if (!isfinite(pcm[i])) {
             return base_fail(KILN_ERR_INVALID_ARG, "sample %lld (frame %lld, channel %lld) is not finite", (long long)i,
-                           (long long)(i / channels), (long long)(i % channels));
+                             (long long)(i / channels), (long long)(i % channels));
         }
     if (frames == 0) return KILN_OK;
     conv c;
@@ -216,7 +218,7 @@ static kiln_status read_all(SNDFILE *sf, const SF_INFO *si, double max_seconds, 
     int64_t declared = si->frames > 0 && si->frames < SF_COUNT_MAX ? (int64_t)si->frames : 0;
     if ((double)declared / si->samplerate > max_seconds) {
         return base_fail(KILN_ERR_UNSUPPORTED, "audio of %.1f s is longer than the limit of %.0f s",
-                       (double)declared / si->samplerate, max_seconds);
+                         (double)declared / si->samplerate, max_seconds);
     }
     conv c;
     if ((st = conv_init(&c, si->samplerate, si->channels, max_seconds, declared))) return st;
@@ -280,7 +282,8 @@ static sf_count_t v_read(void *dst, sf_count_t n, void *u) {
 static sf_count_t v_write(const void *src, sf_count_t n, void *u) { return 0; }
 static sf_count_t v_tell(void *u) { return ((vmem *)u)->pos; }
 
-kiln_status audio_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n, audio_info *info) {
+kiln_status audio_read_memory(const void *data, size_t len, double max_seconds, float **out, int64_t *n,
+                              audio_info *info) {
     *out = NULL;
     *n = 0;
     if (!data || len == 0) { return base_fail(KILN_ERR_INVALID_ARG, "empty audio file"); }

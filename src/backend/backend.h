@@ -184,8 +184,8 @@ typedef struct backend_moe_layer {
     kern_mat router;                  /* n_embd -> n_expert, F32 */
     kern_mat *e_gate, *e_up, *e_down; /* [n_expert] views */
     kern_mat s_gate, s_up, s_down;    /* shared expert (data NULL: none) */
-    const float *s_gate_inp;        /* [n_embd]: the shared expert's gate; NULL: ungated */
-    const float *sel_bias;          /* [n_expert] exp_probs_b; NULL: none */
+    const float *s_gate_inp;          /* [n_embd]: the shared expert's gate; NULL: ungated */
+    const float *sel_bias;            /* [n_expert] exp_probs_b; NULL: none */
     /* biases, NULL where the file has none: the router's [n_expert], the
      * experts' gate and up [n_expert][F_exp] and down [n_expert][n_embd] */
     const float *router_b, *b_gate, *b_up, *b_down;
@@ -266,7 +266,8 @@ struct backend_ops {
     void (*add)(backend_ctx *X, float *y, const float *x, int n, int dim);
     /* y += x, then out = rms(y) * w, by rows of dim (the residual and the
      * next norm; out may be x) */
-    void (*add_rmsnorm)(backend_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim, float eps);
+    void (*add_rmsnorm)(backend_ctx *X, float *y, const float *x, float *out, const float *w, int n, int dim,
+                        float eps);
     /* g = silu(g) * u by rows of dim */
     void (*swiglu)(backend_ctx *X, float *g, const float *u, int n, int dim);
     /* x = gelu(x) (tanh approximation) by rows of dim */
@@ -293,8 +294,8 @@ struct backend_ops {
      * and the FFN of n tokens: xn [n][n_embd] in (overwritten), y out */
     void *(*moe_ws_new)(backend_ctx *X, const backend_moe_hp *h, int n_embd, int n_batch);
     void (*moe_ws_free)(backend_ctx *X, void *ws);
-    void (*moe_ffn)(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *ws, float *xn, float *y, int n_embd,
-                    int n);
+    void (*moe_ffn)(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *ws, float *xn, float *y,
+                    int n_embd, int n);
 
     /* gated attention's output gate: att = att * sigmoid(gate) per head,
      * the gate the second hd of each head of qg (backend_qk.qg) */

@@ -63,7 +63,8 @@ static int cpu_ctx_init(backend_ctx *X, const backend_ctx_params *p) {
     C->k = kern_ops_best();
     C->s = kern_ssm_ops_best();
     /* positions per sequence stay below n_ctx; one block of slack */
-    C->att_per_thread = p->kv && p->n_head ? kern_attn_scratch(2, BACKEND_ATTN_TILE, p->kv->hd, p->n_ctx + BACKEND_KV_BLOCK) : 0;
+    C->att_per_thread =
+        p->kv && p->n_head ? kern_attn_scratch(2, BACKEND_ATTN_TILE, p->kv->hd, p->n_ctx + BACKEND_KV_BLOCK) : 0;
     const size_t n_thr = (size_t)(p->pool ? thread_pool_size(p->pool) : 1);
     C->att_scratch = malloc(C->att_per_thread ? n_thr * C->att_per_thread * sizeof(float) : 1);
     return C->att_scratch ? 0 : -1;

@@ -63,7 +63,7 @@ static void out_rows(void *ud, int i0, int i1) {
         const float *z = a->z + (size_t)i * vd;
         for (int v = 0; v < a->Hv; v++)
             kern_rmsnorm_gated(o + (size_t)v * a->Dv, o + (size_t)v * a->Dv, a->ssm_norm, z + (size_t)v * a->Dv, a->Dv,
-                             a->eps);
+                               a->eps);
     }
 }
 
@@ -86,16 +86,16 @@ static void conv_task(void *ud, int ith, int nth) {
             const int end = cap_end(a, r, k);
             if (end > t) {
                 kern_conv cv = {end - t,
-                              cn,
-                              a->K,
-                              a->qkv + (size_t)t * a->conv_dim + c0,
-                              (size_t)a->conv_dim,
-                              a->conv_w + c0,
-                              state,
-                              (size_t)a->conv_dim,
-                              a->cv + (size_t)t * a->conv_dim + c0,
-                              (size_t)a->conv_dim,
-                              NULL};
+                                cn,
+                                a->K,
+                                a->qkv + (size_t)t * a->conv_dim + c0,
+                                (size_t)a->conv_dim,
+                                a->conv_w + c0,
+                                state,
+                                (size_t)a->conv_dim,
+                                a->cv + (size_t)t * a->conv_dim + c0,
+                                (size_t)a->conv_dim,
+                                NULL};
                 j->sops->conv_silu(&cv);
                 t = end;
             }
@@ -133,22 +133,22 @@ static void delta_task(void *ud, int ith, int nth) {
             if (end > t) {
                 const float *row = a->cv + (size_t)t * ld;
                 kern_gdn g = {end - t,
-                            a->pos[t],
-                            a->Dk,
-                            a->Dv,
-                            row + (size_t)kh * a->Dk,
-                            row + (size_t)(a->Hk + kh) * a->Dk,
-                            ld,
-                            row + (size_t)2 * a->Hk * a->Dk + (size_t)v * a->Dv,
-                            ld,
-                            a->gd + (size_t)t * a->Hv + v,
-                            a->beta + (size_t)t * a->Hv + v,
-                            (size_t)a->Hv,
-                            1.0f / sqrtf((float)a->Dk),
-                            S,
-                            a->o + (size_t)t * a->Hv * a->Dv + (size_t)v * a->Dv,
-                            (size_t)a->Hv * a->Dv,
-                            scratch};
+                              a->pos[t],
+                              a->Dk,
+                              a->Dv,
+                              row + (size_t)kh * a->Dk,
+                              row + (size_t)(a->Hk + kh) * a->Dk,
+                              ld,
+                              row + (size_t)2 * a->Hk * a->Dk + (size_t)v * a->Dv,
+                              ld,
+                              a->gd + (size_t)t * a->Hv + v,
+                              a->beta + (size_t)t * a->Hv + v,
+                              (size_t)a->Hv,
+                              1.0f / sqrtf((float)a->Dk),
+                              S,
+                              a->o + (size_t)t * a->Hv * a->Dv + (size_t)v * a->Dv,
+                              (size_t)a->Hv * a->Dv,
+                              scratch};
                 if (end - t > 1 && !a->verify[r])
                     j->sops->gdn_chunk(&g);
                 else
@@ -211,7 +211,8 @@ void backend_cpu_gdn_replay(backend_ctx *X, const backend_gdn *a, int seq, int n
     const int r_kv = a->Hv / a->Hk;
     const float *in = a->roll + (size_t)seq * a->roll_stride + a->roll_off;
     float *st = live(a, seq) + a->conv_off;
-    kern_conv cv = {n, a->conv_dim, a->K, in, row, a->conv_w, st, (size_t)a->conv_dim, a->cv, (size_t)a->conv_dim, NULL};
+    kern_conv cv = {n,     a->conv_dim,         a->K, in, row, a->conv_w, st, (size_t)a->conv_dim,
+                    a->cv, (size_t)a->conv_dim, NULL};
     sops->conv_silu(&cv);
     for (int t = 0; t < n; t++)
         for (int hh = 0; hh < 2 * a->Hk; hh++)
@@ -219,22 +220,22 @@ void backend_cpu_gdn_replay(backend_ctx *X, const backend_gdn *a, int seq, int n
     for (int v = 0; v < a->Hv; v++) {
         const int kh = a->kh_grouped ? v / r_kv : v % a->Hk;
         kern_gdn g = {n,
-                    0,
-                    a->Dk,
-                    a->Dv,
-                    a->cv + (size_t)kh * a->Dk,
-                    a->cv + (size_t)(a->Hk + kh) * a->Dk,
-                    (size_t)a->conv_dim,
-                    a->cv + (size_t)2 * a->Hk * a->Dk + (size_t)v * a->Dv,
-                    (size_t)a->conv_dim,
-                    in + a->conv_dim + a->Hv + v,
-                    in + a->conv_dim + v,
-                    row,
-                    1.0f / sqrtf((float)a->Dk),
-                    st + a->conv_floats + (size_t)v * head,
-                    a->o,
-                    (size_t)a->Dv,
-                    NULL};
+                      0,
+                      a->Dk,
+                      a->Dv,
+                      a->cv + (size_t)kh * a->Dk,
+                      a->cv + (size_t)(a->Hk + kh) * a->Dk,
+                      (size_t)a->conv_dim,
+                      a->cv + (size_t)2 * a->Hk * a->Dk + (size_t)v * a->Dv,
+                      (size_t)a->conv_dim,
+                      in + a->conv_dim + a->Hv + v,
+                      in + a->conv_dim + v,
+                      row,
+                      1.0f / sqrtf((float)a->Dk),
+                      st + a->conv_floats + (size_t)v * head,
+                      a->o,
+                      (size_t)a->Dv,
+                      NULL};
         sops->gdn_step(&g);
     }
 }

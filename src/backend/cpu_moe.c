@@ -20,7 +20,7 @@ typedef struct moe_ws {
     float *mx, *mg, *mu, *md; /* [n * k][n_embd] / [n * k][F_exp] x2 / [n * k][n_embd] */
     float *sg, *su;           /* [n][F_sh] */
     int32_t *e_count, *e_off; /* [n_expert] */
-    kern_mm_out *outs;          /* [2 * n_expert] products over row ranges, */
+    kern_mm_out *outs;        /* [2 * n_expert] products over row ranges, */
     int32_t *out_t0, *out_nt; /* and those ranges */
 } moe_ws;
 
@@ -100,8 +100,8 @@ static void relu_sq(float *x, size_t n) {
     }
 }
 
-void backend_cpu_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *work, float *xn, float *y,
-                     int n_embd, int n) {
+void backend_cpu_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *work, float *xn,
+                         float *y, int n_embd, int n) {
     moe_ws *w = work;
     const kern_ops *ops = backend_cpu_of(X)->k;
     void *scratch = backend_cpu_of(X)->mm_scratch;
@@ -131,10 +131,10 @@ void backend_cpu_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_
                                w->selw + (size_t)t * KU);
         else if (general)
             kern_moe_route_sel(w->router + (size_t)t * NE, &g, NE, KU, w->rsel, w->sel + (size_t)t * KU,
-                             w->selw + (size_t)t * KU);
+                               w->selw + (size_t)t * KU);
         else
             kern_moe_route(w->router + (size_t)t * NE, NE, KU, h->w_norm, h->w_scale, w->sel + (size_t)t * KU,
-                         w->selw + (size_t)t * KU);
+                           w->selw + (size_t)t * KU);
         for (int s = 0; s < KU; s++) w->e_count[w->sel[(size_t)t * KU + s]]++;
     }
     int off = 0, n_out = 0;
@@ -166,8 +166,8 @@ void backend_cpu_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_
     const int rows = n * KU;
     for (int a = 0; a < n_out; a += KERN_MM_MAX_OUTS)
         kern_matmul_ranges(X->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KERN_MM_MAX_OUTS ? n_out - a : KERN_MM_MAX_OUTS, one ? xn : w->mx, one ? 1 : rows,
-                         scratch);
+                           n_out - a < KERN_MM_MAX_OUTS ? n_out - a : KERN_MM_MAX_OUTS, one ? xn : w->mx,
+                           one ? 1 : rows, scratch);
     if (L->b_gate) add_expert_bias(w, L->b_gate, w->mg, Fe, NE);
     if (L->b_up) add_expert_bias(w, L->b_up, relu2 ? w->mg : w->mu, Fe, NE);
     if (relu2) relu_sq(w->mg, (size_t)rows * Fe);
@@ -186,7 +186,7 @@ void backend_cpu_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_
     }
     for (int a = 0; a < n_out; a += KERN_MM_MAX_OUTS)
         kern_matmul_ranges(X->pool, w->outs + a, w->out_t0 + a, w->out_nt + a,
-                         n_out - a < KERN_MM_MAX_OUTS ? n_out - a : KERN_MM_MAX_OUTS, w->mg, rows, scratch);
+                           n_out - a < KERN_MM_MAX_OUTS ? n_out - a : KERN_MM_MAX_OUTS, w->mg, rows, scratch);
     if (L->b_down) add_expert_bias(w, L->b_down, w->md, E, NE);
     if (shared) {
         if (relu2)

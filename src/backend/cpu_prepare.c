@@ -55,7 +55,7 @@ typedef struct pack_piece {
 } pack_piece;
 
 typedef struct pack_job {
-    kern_mat **mats;      /* the matrices to pack, */
+    kern_mat **mats;    /* the matrices to pack, */
     uint8_t **dst;      /* where each one's copy goes, */
     pack_piece *pieces; /* in pieces of about PACK_PIECE source bytes, by address */
     int n, n_pieces;
@@ -85,7 +85,7 @@ static void pack_task(void *ud, int ith, int nth) {
         const kern_x8_traits *xt = kern_x8_get(w->type);
         const size_t gbytes = 8 * quant_row_size(w->type, w->ncols), nb = (size_t)(w->ncols / xt->blk);
         kern_x8_pack_matrix(w->type, (const void *)pc->src, w->ncols, 8 * (pc->g1 - pc->g0),
-                          j->dst[pc->m] + (size_t)pc->g0 * nb * xt->pblock);
+                            j->dst[pc->m] + (size_t)pc->g0 * nb * xt->pblock);
         const uintptr_t end = pc->src + (size_t)(pc->g1 - pc->g0) * gbytes;
         const uintptr_t upto = (i + 1 < hi ? j->pieces[i + 1].src : end) & ~(uintptr_t)(FOLIO - 1);
         if (upto > done) {
@@ -104,7 +104,7 @@ static void pack_task(void *ud, int ith, int nth) {
  * them every token would map the released matrix pages around them back
  * into the process. */
 void backend_cpu_prepare(kern_mat **all, int n_all, const float ***vecs, const int64_t *vlen, int nv, void **out_mem,
-                     size_t *out_bytes) {
+                         size_t *out_bytes) {
     *out_mem = NULL;
     *out_bytes = 0;
     pack_job j = {.mats = malloc(sizeof(kern_mat *) * (size_t)(n_all ? n_all : 1)),

@@ -294,7 +294,8 @@ static void cuda_step(backend_ctx *X, const backend_step *s) {
     host_room(C, (size_t)s->n);
     for (int i = 0; i < s->n; i++) {
         const int32_t p = s->pos[i];
-        C->h_cell[i] = X->kv.blocks[s->seq[i]][p >> BACKEND_KV_BLOCK_SHIFT] * BACKEND_KV_BLOCK + (p & (BACKEND_KV_BLOCK - 1));
+        C->h_cell[i] =
+            X->kv.blocks[s->seq[i]][p >> BACKEND_KV_BLOCK_SHIFT] * BACKEND_KV_BLOCK + (p & (BACKEND_KV_BLOCK - 1));
     }
     put(&C->cell, C->h_cell, (size_t)s->n * sizeof(int32_t));
 }
@@ -668,8 +669,8 @@ static void add_expert_bias(const cuda_moe_ws *w, const float *bias, float *rows
  * expert's products, the routing (kcu_moe_route), whose ids come back to
  * the host to group the rows by expert, each used expert's products over
  * its group (matvec or GEMM), and the weighted sum per token. */
-static void cuda_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *ws, float *xn, float *y,
-                         int n_embd, int n) {
+static void cuda_moe_ffn(backend_ctx *X, const backend_moe_hp *h, const backend_moe_layer *L, void *ws, float *xn,
+                         float *y, int n_embd, int n) {
     cuda_moe_ws *w = ws;
     if (n <= 0) return;
     const int E = n_embd, NE = h->n_expert, KU = h->n_used, Fe = h->F_exp, Fs = h->F_sh;

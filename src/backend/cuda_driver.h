@@ -35,8 +35,8 @@ typedef struct backend_cuda_api {
     backend_cuda_result (*dtoh)(void *dst, backend_cuda_ptr src, size_t bytes);
     backend_cuda_result (*dtod)(backend_cuda_ptr dst, backend_cuda_ptr src, size_t bytes);
     backend_cuda_result (*memset8)(backend_cuda_ptr dst, unsigned char v, size_t n);
-    backend_cuda_result (*launch)(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                         unsigned shared, void *stream, void **args, void **extra);
+    backend_cuda_result (*launch)(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                  unsigned bz, unsigned shared, void *stream, void **args, void **extra);
     backend_cuda_result (*sync)(void);
     backend_cuda_result (*error_string)(backend_cuda_result r, const char **s);
     int overridden; /* 1: the library came from KILN_CUDA_DRIVER */

@@ -173,7 +173,7 @@ static kv call_macro(rctx *r, const node *x, const kfn *fn, const args *a, const
         for (int k = 0; k < def->nnames; k++) known |= str_eq(def->names[k], a->kwn[i].p, a->kwn[i].n);
         if (!known)
             chat_fail_at(r, x, "macro '%.*s' takes no keyword argument '%.*s'", (int)fn->name.n, fn->name.p,
-                        (int)a->kwn[i].n, a->kwn[i].p);
+                         (int)a->kwn[i].n, a->kwn[i].p);
     }
     for (int k = 0; k < def->nnames; k++) {
         kv v;
@@ -311,7 +311,8 @@ static kv arith(rctx *r, const node *x, int op, const kv *a, const kv *b) {
             return out;
         }
     }
-    chat_fail_at(r, x, "unsupported operand type(s) for %s: '%s' and '%s'", opn[op], chat_type_name(a), chat_type_name(b));
+    chat_fail_at(r, x, "unsupported operand type(s) for %s: '%s' and '%s'", opn[op], chat_type_name(a),
+                 chat_type_name(b));
 }
 
 /* Applies a filter chain parsed on a placeholder (set/filter blocks) to `in`. */
@@ -452,7 +453,7 @@ static void assign_targets(rctx *r, const node *x, frame *f, const kv *v) {
     kv *it = chat_iter_items(r, x, v, &n);
     if (n != (size_t)x->nnames)
         chat_fail_at(r, x, "%s values to unpack (expected %d, got %zu)",
-                    n > (size_t)x->nnames ? "too many" : "not enough", x->nnames, n);
+                     n > (size_t)x->nnames ? "too many" : "not enough", x->nnames, n);
     for (int i = 0; i < x->nnames; i++) chat_frame_set(&r->c, f, x->names[i], it[i]);
 }
 

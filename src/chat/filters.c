@@ -424,7 +424,8 @@ int chat_test_apply(rctx *r, const node *x, int id, const kv *v, const args *a) 
         if (v->t != V_INT && v->t != V_BOOL) chat_fail_at(r, x, "test expects an integer, got %s", chat_type_name(v));
         if (id == X_ODD) return (v->i & 1) != 0;
         if (id == X_EVEN) return (v->i & 1) == 0;
-        if ((a0.t != V_INT && a0.t != V_BOOL) || a0.i == 0) chat_fail_at(r, x, "divisibleby expects a non-zero integer");
+        if ((a0.t != V_INT && a0.t != V_BOOL) || a0.i == 0)
+            chat_fail_at(r, x, "divisibleby expects a non-zero integer");
         return a0.i == -1 || v->i % a0.i == 0; /* INT64_MIN % -1 traps */
     }
     case X_LOWER:
@@ -943,7 +944,7 @@ kv chat_call_global(rctx *r, const node *x, const kfn *fn, const args *a) {
         for (int i = 0; i < a->npos; i++) {
             if (a->pos[i].t != V_DICT)
                 chat_fail_at(r, x, "%s() positional arguments must be mappings",
-                            fn->id == G_DICT ? "dict" : "namespace");
+                             fn->id == G_DICT ? "dict" : "namespace");
             for (size_t k = 0; k < a->pos[i].d->n; k++) {
                 chat_charge(r, x, 1 + d.d->n / 16); /* each set looks the key up */
                 chat_dict_set(c, d.d, a->pos[i].d->keys[k], a->pos[i].d->vals[k]);

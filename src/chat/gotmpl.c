@@ -845,8 +845,8 @@ static json_t *think_vars(json_t *o, int think) {
     return o;
 }
 
-static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t *tools, int think, const chat_opts *opts,
-                             char *err, size_t errlen) {
+static char *render_chat_buf(const kgt *t, const json_t *messages, const json_t *tools, int think,
+                             const chat_opts *opts, char *err, size_t errlen) {
     gbudget bg = budget_of(opts);
     char dummy[8];
     if (!err || !errlen) {
@@ -932,7 +932,9 @@ static kiln_status rendered(char *res, const char *msg, char **out) {
     return res ? KILN_OK : base_fail(chat_status_of(msg, KILN_ERR_INVALID_ARG), "%s", msg[0] ? msg : "out of memory");
 }
 
-kiln_status chat_gotmpl_render(const kgt *t, const json_t *data, char **out) { return chat_gotmpl_render_opts(t, data, NULL, out); }
+kiln_status chat_gotmpl_render(const kgt *t, const json_t *data, char **out) {
+    return chat_gotmpl_render_opts(t, data, NULL, out);
+}
 
 kiln_status chat_gotmpl_render_opts(const kgt *t, const json_t *data, const chat_opts *opts, char **out) {
     char msg[512] = "";
@@ -944,7 +946,7 @@ kiln_status chat_gotmpl_render_chat(const kgt *t, const json_t *messages, const 
 }
 
 kiln_status chat_gotmpl_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
-                                 const chat_opts *opts, char **out) {
+                                         const chat_opts *opts, char **out) {
     char msg[512] = "";
     return rendered(render_chat_buf(t, messages, tools, think, opts, msg, sizeof msg), msg, out);
 }

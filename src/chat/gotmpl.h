@@ -57,6 +57,6 @@ kiln_status chat_gotmpl_render_opts(const kgt *t, const json_t *data, const chat
  * the last turn only up to its .Response, as Ollama does. */
 kiln_status chat_gotmpl_render_chat(const kgt *t, const json_t *messages, const json_t *tools, int think, char **out);
 kiln_status chat_gotmpl_render_chat_opts(const kgt *t, const json_t *messages, const json_t *tools, int think,
-                                 const chat_opts *opts, char **out);
+                                         const chat_opts *opts, char **out);
 
 #endif

@@ -103,7 +103,7 @@ static int lx_tag(lexer *L, int block, int open_line, int open_col) {
         while (L->pos < L->len && is_ws(s[L->pos])) lx_advance(L, L->pos + 1);
         if (L->pos >= L->len)
             chat_fail(L->c, open_line, open_col, "unexpected end of template inside a %s tag",
-                     block ? "{% %}" : "{{ }}");
+                      block ? "{% %}" : "{{ }}");
         size_t p = L->pos;
         if (depth == 0) {
             if (s[p] == '-' && p + 2 < L->len + 0 && s[p + 1] == endc && s[p + 2] == '}') {

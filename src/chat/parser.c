@@ -722,8 +722,8 @@ void chat_parse_body(parser *P, nlist *out, const char *ends, const tok *opener,
         case T_EOF:
             if (ends)
                 chat_fail(P->c, opener->line, opener->col,
-                         "unexpected end of template: '%s' block is not closed (expected '%s')", opname,
-                         strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
+                          "unexpected end of template: '%s' block is not closed (expected '%s')", opname,
+                          strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
             return;
         case T_DATA: {
             node *x = mk_node(P, N_DATA, t);
@@ -751,9 +751,9 @@ void chat_parse_body(parser *P, nlist *out, const char *ends, const tok *opener,
                  str_is(nt->s, "endfilter") || str_is(nt->s, "endgeneration"))) {
                 if (ends)
                     chat_fail(P->c, nt->line, nt->col,
-                             "unexpected '%.*s' inside '%s' block opened at %d:%d (expected '%s')", (int)nt->s.n,
-                             nt->s.p, opname, opener->line, opener->col,
-                             strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
+                              "unexpected '%.*s' inside '%s' block opened at %d:%d (expected '%s')", (int)nt->s.n,
+                              nt->s.p, opname, opener->line, opener->col,
+                              strrchr(ends, ' ') ? strrchr(ends, ' ') + 1 : ends);
                 chat_fail(P->c, nt->line, nt->col, "unexpected '%.*s' with no open block", (int)nt->s.n, nt->s.p);
             }
             nl_push(P->c, out, parse_statement(P));

@@ -80,7 +80,8 @@ void chat_free(chat_tmpl *t) {
 static void bind_vars(rctx *r, frame *root, const json_t *vars) {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)vars, k, v) chat_frame_set(&r->c, root, (str){k, strlen(k)}, chat_json_to_kv(&r->c, v));
+    json_object_foreach((json_t *)vars, k, v)
+        chat_frame_set(&r->c, root, (str){k, strlen(k)}, chat_json_to_kv(&r->c, v));
     json_t *now = json_object_get(vars, "kct_now");
     if (json_is_integer(now)) {
         r->has_now = 1;
@@ -128,7 +129,9 @@ kiln_status chat_compile(const char *src, size_t len, chat_tmpl **out) {
     return *out ? KILN_OK : base_fail(chat_status_of(msg, KILN_ERR_FORMAT), "%s", msg[0] ? msg : "out of memory");
 }
 
-kiln_status chat_render(const chat_tmpl *t, const json_t *vars, char **out) { return chat_render_opts(t, vars, NULL, out); }
+kiln_status chat_render(const chat_tmpl *t, const json_t *vars, char **out) {
+    return chat_render_opts(t, vars, NULL, out);
+}
 
 kiln_status chat_render_opts(const chat_tmpl *t, const json_t *vars, const chat_opts *opts, char **out) {
     char msg[512] = "";

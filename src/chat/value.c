@@ -30,7 +30,7 @@ _Noreturn void chat_fail(ctx *c, int line, int col, const char *fmt, ...) {
 void *chat_ar_alloc(ctx *c, size_t n) {
     if (n > SIZE_MAX / 2)
         chat_fail(c, 0, 0, c->mem_limit ? "render exceeded its memory budget (%zu bytes)" : "out of memory",
-                 c->mem_limit);
+                  c->mem_limit);
     n = (n + 15) & ~(size_t)15;
     ablk *b = c->blocks;
     if (!b || b->cap - b->used < n) {

@@ -10,9 +10,10 @@ static const struct {
     const char *name;
     int size;
 } dtypes[CKPT_DTYPE_COUNT] = {
-    [CKPT_F32] = {"F32", 4}, [CKPT_F16] = {"F16", 2},   [CKPT_BF16] = {"BF16", 2},       [CKPT_F64] = {"F64", 8},
-    [CKPT_I64] = {"I64", 8}, [CKPT_I32] = {"I32", 4},   [CKPT_I16] = {"I16", 2},         [CKPT_I8] = {"I8", 1},
-    [CKPT_U8] = {"U8", 1},   [CKPT_BOOL] = {"BOOL", 1}, [CKPT_F8_E4M3] = {"F8_E4M3", 1}, [CKPT_F8_E5M2] = {"F8_E5M2", 1},
+    [CKPT_F32] = {"F32", 4},   [CKPT_F16] = {"F16", 2},         [CKPT_BF16] = {"BF16", 2},
+    [CKPT_F64] = {"F64", 8},   [CKPT_I64] = {"I64", 8},         [CKPT_I32] = {"I32", 4},
+    [CKPT_I16] = {"I16", 2},   [CKPT_I8] = {"I8", 1},           [CKPT_U8] = {"U8", 1},
+    [CKPT_BOOL] = {"BOOL", 1}, [CKPT_F8_E4M3] = {"F8_E4M3", 1}, [CKPT_F8_E5M2] = {"F8_E5M2", 1},
 };
 
 const char *ckpt_dtype_name(int dtype) { return dtype >= 0 && dtype < CKPT_DTYPE_COUNT ? dtypes[dtype].name : "?"; }

@@ -58,9 +58,9 @@ enum ckpt_format { CKPT_SAFETENSORS = 0, CKPT_TORCH_ZIP = 1 };
 #define CKPT_MAX_DIMS 8
 
 typedef struct ckpt_tensor {
-    const char *name;           /* NUL-terminated, owned by the file */
-    int dtype;                  /* enum ckpt_dtype */
-    int n_dims;                 /* 0 (a scalar) .. CKPT_MAX_DIMS */
+    const char *name;             /* NUL-terminated, owned by the file */
+    int dtype;                    /* enum ckpt_dtype */
+    int n_dims;                   /* 0 (a scalar) .. CKPT_MAX_DIMS */
     int64_t shape[CKPT_MAX_DIMS]; /* outermost first, as PyTorch prints it */
     int64_t numel;
     const void *data; /* numel elements, row-major, aligned to the element size */

@@ -11,7 +11,7 @@
 
 struct ckpt_file {
     int format;
-    base_map map;          /* owned mapping (ckpt_open), or addr NULL */
+    base_map map;        /* owned mapping (ckpt_open), or addr NULL */
     const uint8_t *data; /* the whole file */
     size_t len;
     ckpt_tensor *tensors; /* [n], in data order */

@@ -138,7 +138,7 @@ static int fail(vm *m, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     m->st = base_fail(strncmp(msg, "out of memory", 13) ? KILN_ERR_FORMAT : KILN_ERR_NOMEM, "data.pkl byte %zu: %s",
-                    m->op_pos, msg);
+                      m->op_pos, msg);
     return -1;
 }
 

@@ -24,13 +24,14 @@ static int get_u64(json_t *v, uint64_t *out) {
 
 kiln_status ckpt_read_safetensors(ckpt_file *f) {
     if (f->len < 8) {
-        return base_fail(KILN_ERR_FORMAT, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)", f->len);
+        return base_fail(KILN_ERR_FORMAT, "not a checkpoint: %zu bytes (neither a ZIP nor a safetensors header)",
+                         f->len);
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->data[i];
     if (hlen < 2 || hlen > f->len - 8 || hlen > CKPT_MAX_HEADER) {
         return base_fail(KILN_ERR_FORMAT, "not a safetensors file: header length %llu for a file of %zu bytes",
-                       (unsigned long long)hlen, f->len);
+                         (unsigned long long)hlen, f->len);
     }
     if (f->data[8] != '{') {
         return base_fail(KILN_ERR_FORMAT, "not a safetensors file: the header does not start with '{'");
@@ -97,7 +98,7 @@ kiln_status ckpt_read_safetensors(ckpt_file *f) {
         }
         if (json_array_size(sh) > CKPT_MAX_DIMS) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': %zu dimensions (at most %d)", key, json_array_size(sh),
-                         CKPT_MAX_DIMS);
+                           CKPT_MAX_DIMS);
             break;
         }
         t->n_dims = (int)json_array_size(sh);
@@ -114,9 +115,9 @@ kiln_status ckpt_read_safetensors(ckpt_file *f) {
         bytes = numel * (uint64_t)ckpt_dtype_size(t->dtype);
         if (b > e || e > data_len || e - b != bytes) {
             rc = base_fail(KILN_ERR_FORMAT,
-                         "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
-                         (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
-                         (unsigned long long)data_len);
+                           "tensor '%s': data_offsets [%llu, %llu] do not hold %llu bytes within the %llu of data", key,
+                           (unsigned long long)b, (unsigned long long)e, (unsigned long long)bytes,
+                           (unsigned long long)data_len);
             break;
         }
         t->numel = (int64_t)numel;
@@ -124,7 +125,7 @@ kiln_status ckpt_read_safetensors(ckpt_file *f) {
         t->data = base + b;
         if (((uintptr_t)t->data) % (uintptr_t)ckpt_dtype_size(t->dtype)) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': data at offset %llu is not aligned to its %d-byte elements",
-                         key, (unsigned long long)b, ckpt_dtype_size(t->dtype));
+                           key, (unsigned long long)b, ckpt_dtype_size(t->dtype));
             break;
         }
         size_t kl = strlen(key) + 1;

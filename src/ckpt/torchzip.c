@@ -67,7 +67,7 @@ static kiln_status build_index(const uint8_t *d, size_t len, cd_index *ix) {
         uint64_t lho = le32(d + p + 42);
         if (end - p - 46 < (uint64_t)nl + xl + cl) {
             return base_fail(KILN_ERR_FORMAT, "ZIP central directory entry %llu runs past the directory",
-                           (unsigned long long)i);
+                             (unsigned long long)i);
         }
         if (lho == 0xFFFFFFFF) { /* ZIP64 extra field: sizes first when they overflowed */
             const uint8_t *x = d + p + 46 + nl, *xe = x + xl;
@@ -143,7 +143,7 @@ static kiln_status storages_agree(const ckpt_pkl_result *pr) {
         if (!strcmp(v[i - 1]->storage_key, v[i]->storage_key) &&
             (v[i - 1]->dtype != v[i]->dtype || v[i - 1]->storage_numel != v[i]->storage_numel)) {
             rc = base_fail(KILN_ERR_FORMAT, "storage %s is declared twice with different types or sizes",
-                         v[i]->storage_key);
+                           v[i]->storage_key);
         }
     free(v);
     return rc;
@@ -199,7 +199,7 @@ kiln_status ckpt_read_torchzip(ckpt_file *f) {
     }
     if (zs.size > CKPT_MAX_PICKLE) {
         rc = base_fail(KILN_ERR_FORMAT, "data.pkl is %llu bytes (more than %u)", (unsigned long long)zs.size,
-                     CKPT_MAX_PICKLE);
+                       CKPT_MAX_PICKLE);
         goto done;
     }
     /* the byte order record, when there is one, must say little-endian */
@@ -256,14 +256,14 @@ kiln_status ckpt_read_torchzip(ckpt_file *f) {
         if (st.comp_method != ZIP_CM_STORE ||
             ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)) {
             rc = base_fail(KILN_ERR_FORMAT,
-                         "tensor '%s': storage %s is compressed or encrypted (torch.save stores them raw)", pt->name,
-                         name);
+                           "tensor '%s': storage %s is compressed or encrypted (torch.save stores them raw)", pt->name,
+                           name);
             goto done;
         }
         if (base_mul_u64((uint64_t)pt->storage_numel, (uint64_t)es, &want) || want != st.size) {
             rc = base_fail(KILN_ERR_FORMAT,
-                         "tensor '%s': storage %s declares %lld elements of %d bytes but holds %llu bytes", pt->name,
-                         name, (long long)pt->storage_numel, es, (unsigned long long)st.size);
+                           "tensor '%s': storage %s declares %lld elements of %d bytes but holds %llu bytes", pt->name,
+                           name, (long long)pt->storage_numel, es, (unsigned long long)st.size);
             goto done;
         }
         uint64_t at = locate(f->data, f->len, &ix, (zip_uint64_t)e, name, st.size);
@@ -273,7 +273,7 @@ kiln_status ckpt_read_torchzip(ckpt_file *f) {
         }
         if ((uintptr_t)(f->data + at) % (uintptr_t)es) {
             rc = base_fail(KILN_ERR_FORMAT, "tensor '%s': storage %s is not aligned to its %d-byte elements", pt->name,
-                         name, es);
+                           name, es);
             goto done;
         }
         size_t kl = strlen(pt->name) + 1;

@@ -127,7 +127,8 @@ int cli_load(const cli_opts *o, kiln_model **m, kiln_context **c, int n_seq) {
     int found = 0;
     if (o->mmproj)
         mp.mmproj = o->mmproj;
-    else if ((found = store_pack_companion(path, "mmproj", companion, sizeof companion))) /* a pulled model's projector */
+    else if ((found =
+                  store_pack_companion(path, "mmproj", companion, sizeof companion))) /* a pulled model's projector */
         mp.mmproj = companion;
     kiln_status st = kiln_model_load(path, &mp, m);
     if (st != KILN_OK && found) { /* a pack's projector kiln cannot read: the model still runs text */

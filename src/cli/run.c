@@ -475,8 +475,8 @@ static int image_prompt(kiln_model *m, const char *text, int add_bos, const char
         }
         in[i] = (kiln_image_input){bytes[i], len, 0, 0};
     }
-    if (!rc && model_image_prompt(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img, vp) !=
-                   KILN_OK)
+    if (!rc && model_image_prompt(m, text, strlen(text), add_bos, 1, n_files ? in : imgs, n_files ? n_files : n_img,
+                                  vp) != KILN_OK)
         rc = cli_fail("image");
     for (int i = 0; i < n_files; i++) free(bytes[i]);
     return rc;
@@ -622,7 +622,7 @@ typedef struct chat_state {
     kiln_model *m;
     kiln_context *c;
     chat_tmpl *tmpl; /* the GGUF's template, or */
-    kgt *go;   /* the pack's Go template (either: has_tmpl) */
+    kgt *go;         /* the pack's Go template (either: has_tmpl) */
     json_t *messages;
     int32_t *held; /* the conversation's tokens as last fed (with a template: the
                            rendered prompt; without: every message and reply) */
@@ -1373,7 +1373,8 @@ int cli_chat(int argc, char **argv) {
             if (harmony) { /* the final text, and the analysis as thinking */
                 json_object_set_new(msg, "content",
                                     server_jstr(view.h_content.p ? view.h_content.p : "", view.h_content.len));
-                if (view.h_think.len) json_object_set_new(msg, "thinking", server_jstr(view.h_think.p, view.h_think.len));
+                if (view.h_think.len)
+                    json_object_set_new(msg, "thinking", server_jstr(view.h_think.p, view.h_think.len));
             }
             json_array_append_new(st.messages, msg);
         } else if (k.out_len) {

@@ -47,14 +47,29 @@ typedef struct qmix {
 } qmix;
 
 static const qmix k_mixes[] = {
-    {"f32", QUANT_F32, -1, 0, -1},           {"f16", QUANT_F16, -1, 1, -1},      {"bf16", QUANT_BF16, -1, 32, -1},
-    {"q4_0", QUANT_Q4_0, -1, 2, -1},         {"q4_1", QUANT_Q4_1, -1, 3, -1},    {"q8_0", QUANT_Q8_0, -1, 7, -1},
-    {"q5_0", QUANT_Q5_0, -1, 8, -1},         {"q5_1", QUANT_Q5_1, -1, 9, -1},    {"q2_k", QUANT_Q2_K, -1, 10, -1},
-    {"q3_k", QUANT_Q3_K, -1, 11, -1},        {"q3_k_s", QUANT_Q3_K, -1, 11, -1}, {"q3_k_m", QUANT_Q3_K, QUANT_Q5_K, 12, -1},
-    {"q3_k_l", QUANT_Q3_K, -1, 13, QUANT_Q5_K}, {"q4_k", QUANT_Q4_K, -1, 14, -1},   {"q4_k_s", QUANT_Q4_K, -1, 14, -1},
-    {"q4_k_m", QUANT_Q4_K, QUANT_Q6_K, 15, -1}, {"q5_k", QUANT_Q5_K, -1, 16, -1},   {"q5_k_s", QUANT_Q5_K, -1, 16, -1},
-    {"q5_k_m", QUANT_Q5_K, QUANT_Q6_K, 17, -1}, {"q6_k", QUANT_Q6_K, -1, 18, -1},   {"iq4_nl", QUANT_IQ4_NL, -1, 25, -1},
-    {"iq4_xs", QUANT_IQ4_XS, -1, 30, -1},    {"iq3_s", QUANT_IQ3_S, -1, 26, -1},
+    {"f32", QUANT_F32, -1, 0, -1},
+    {"f16", QUANT_F16, -1, 1, -1},
+    {"bf16", QUANT_BF16, -1, 32, -1},
+    {"q4_0", QUANT_Q4_0, -1, 2, -1},
+    {"q4_1", QUANT_Q4_1, -1, 3, -1},
+    {"q8_0", QUANT_Q8_0, -1, 7, -1},
+    {"q5_0", QUANT_Q5_0, -1, 8, -1},
+    {"q5_1", QUANT_Q5_1, -1, 9, -1},
+    {"q2_k", QUANT_Q2_K, -1, 10, -1},
+    {"q3_k", QUANT_Q3_K, -1, 11, -1},
+    {"q3_k_s", QUANT_Q3_K, -1, 11, -1},
+    {"q3_k_m", QUANT_Q3_K, QUANT_Q5_K, 12, -1},
+    {"q3_k_l", QUANT_Q3_K, -1, 13, QUANT_Q5_K},
+    {"q4_k", QUANT_Q4_K, -1, 14, -1},
+    {"q4_k_s", QUANT_Q4_K, -1, 14, -1},
+    {"q4_k_m", QUANT_Q4_K, QUANT_Q6_K, 15, -1},
+    {"q5_k", QUANT_Q5_K, -1, 16, -1},
+    {"q5_k_s", QUANT_Q5_K, -1, 16, -1},
+    {"q5_k_m", QUANT_Q5_K, QUANT_Q6_K, 17, -1},
+    {"q6_k", QUANT_Q6_K, -1, 18, -1},
+    {"iq4_nl", QUANT_IQ4_NL, -1, 25, -1},
+    {"iq4_xs", QUANT_IQ4_XS, -1, 30, -1},
+    {"iq3_s", QUANT_IQ3_S, -1, 26, -1},
 };
 
 /* The low-bit mixes: ternary, and MXFP4 experts (rules in pick_type). */
@@ -156,7 +171,8 @@ static int pick_type(const gguf_file *f, const gguf_tensor *t, const qmix *q, qp
     /* MXFP4_MOE: the experts' 3-D tensors MXFP4, every other weight Q8_0 */
     if (q->base == QUANT_MXFP4) want = t->n_dims >= 3 && t->ne[2] > 1 ? QUANT_MXFP4 : QUANT_Q8_0;
     /* the ternary mixes keep an untied token embedding Q4_K */
-    if ((q->base == QUANT_TQ1_0 || q->base == QUANT_TQ2_0) && !strcmp(t->name, "token_embd.weight") && !is_output(f, t->name))
+    if ((q->base == QUANT_TQ1_0 || q->base == QUANT_TQ2_0) && !strcmp(t->name, "token_embd.weight") &&
+        !is_output(f, t->name))
         want = QUANT_Q4_K;
     /* rows must divide into blocks; fall back toward finer blocks */
     *wanted = want;
@@ -230,9 +246,9 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     const qmix *q = type ? find_mix(type) : NULL;
     if (!q && type && need_imatrix(type))
         return base_fail(KILN_ERR_UNSUPPORTED,
-                       "%s needs an importance matrix (as llama-quantize --imatrix), which kiln "
-                       "cannot read yet",
-                       type);
+                         "%s needs an importance matrix (as llama-quantize --imatrix), which kiln "
+                         "cannot read yet",
+                         type);
     if (!q) return base_fail(KILN_ERR_INVALID_ARG, "unknown quantization type '%s'", type ? type : "");
     if (!in_path || !out_path) return base_fail(KILN_ERR_INVALID_ARG, "missing input or output path");
     const kiln_quantize_params defaults = kiln_quantize_default_params();
@@ -243,7 +259,8 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
     struct stat si, so;
     if (stat(in_path, &si) != 0) return base_fail(KILN_ERR_IO, "%s: %s", in_path, strerror(errno));
     if (stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-        return base_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path", out_path);
+        return base_fail(KILN_ERR_INVALID_ARG, "the output %s is the input file itself; write to another path",
+                         out_path);
     gguf_file *f;
     kiln_status st = gguf_open(in_path, &f);
     if (st) return st;
@@ -286,7 +303,7 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         const gguf_tensor *t = gguf_tensor_at(f, i);
         if (!quant_supported((int)t->type)) {
             st = base_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot convert", t->name,
-                         quant_get((int)t->type)->name);
+                           quant_get((int)t->type)->name);
             goto done;
         }
         int wanted;
@@ -295,9 +312,9 @@ kiln_status kiln_quantize_with(const char *in_path, const char *out_path, const 
         if (types[i] != (int)t->type && quant_get((int)t->type)->blck > 1 && quant_get(types[i])->blck > 1 &&
             !params->allow_requantize) {
             st = base_fail(KILN_ERR_INVALID_ARG,
-                         "tensor %s is already quantized (%s); converting it again to %s loses more precision than "
-                         "converting the F16/BF16/F32 original: allow requantizing to do it anyway",
-                         t->name, quant_get((int)t->type)->name, quant_get(types[i])->name);
+                           "tensor %s is already quantized (%s); converting it again to %s loses more precision than "
+                           "converting the F16/BF16/F32 original: allow requantizing to do it anyway",
+                           t->name, quant_get((int)t->type)->name, quant_get(types[i])->name);
             goto done;
         }
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];

@@ -82,10 +82,10 @@ static int parse_bucket(const char *key, int32_t *lo, int32_t *hi) {
     return 0;
 }
 
-#define BAD(...)                                                   \
-    do {                                                           \
+#define BAD(...)                                                     \
+    do {                                                             \
         base_fail(KILN_ERR_FORMAT, "decision config: " __VA_ARGS__); \
-        goto fail;                                                 \
+        goto fail;                                                   \
     } while (0)
 
 kiln_status decide_config_parse(decide_config *c, const char *text, size_t len) {

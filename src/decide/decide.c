@@ -18,9 +18,9 @@
 #define DECIDE_MAX_SEQ 64
 
 struct kiln_decider {
-    kiln_model *m; /* NULL when measure_only */
-    gguf_file *gf; /* measure_only: the header */
-    tokenizer *tok;     /* measure_only: the tokenizer; else m->tok */
+    kiln_model *m;  /* NULL when measure_only */
+    gguf_file *gf;  /* measure_only: the header */
+    tokenizer *tok; /* measure_only: the tokenizer; else m->tok */
     decide_config cfg;
     thread_pool *pool;
     void *ws;
@@ -105,7 +105,7 @@ kiln_status kiln_decider_new(const char *path, const kiln_decider_params *params
     d->tok = d->m->tok;
     if (!d->m->arch->encoder) {
         st = base_fail(KILN_ERR_UNSUPPORTED, "%s: a decision pack needs an encoder, and '%s' is a decoder", path,
-                     d->m->arch_name);
+                       d->m->arch_name);
         goto fail;
     }
     if ((st = decide_heads_bind(&d->cfg, d->m)) != KILN_OK) {

@@ -95,7 +95,8 @@ typedef struct decide_frame {
  * only the budgets).  KILN_ERR_INVALID_ARG for a bad request (unknown type,
  * options on a labels type or missing, more options than the slots, a
  * head part over head_max_len), with model_fail's message. */
-kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs);
+kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const tokenizer *t,
+                               const kiln_decide_request *r, int seqs);
 void decide_frame_free(decide_frame *fr);
 
 #endif

@@ -59,7 +59,8 @@ static void type_list(const decide_config *c, char *buf, size_t cap) {
         o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->types[i].name);
 }
 
-kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const tokenizer *t, const kiln_decide_request *r, int seqs) {
+kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const tokenizer *t,
+                               const kiln_decide_request *r, int seqs) {
     memset(fr, 0, sizeof *fr);
     if (!r || !r->state || r->n_questions < 0 || (r->n_questions && !r->questions))
         return base_fail(KILN_ERR_INVALID_ARG, "bad decision request");
@@ -80,7 +81,7 @@ kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const t
             char types[256];
             type_list(c, types, sizeof types);
             st = base_fail(KILN_ERR_INVALID_ARG, "question %d: unknown question type '%s' (the pack has: %s)", i,
-                         q->type ? q->type : "(none)", types);
+                           q->type ? q->type : "(none)", types);
             break;
         }
         if (ty->n_labels && q->n_options) {
@@ -89,12 +90,12 @@ kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const t
         }
         if (!ty->n_labels && (q->n_options < 1 || !q->options)) {
             st = base_fail(KILN_ERR_INVALID_ARG, "question %d: type '%s' scores options, and none were given", i,
-                         ty->name);
+                           ty->name);
             break;
         }
         if (!ty->n_labels && q->n_options > ty->slots) {
             st = base_fail(KILN_ERR_INVALID_ARG, "question %d: %d options, but type '%s' has %d option slots", i,
-                         q->n_options, ty->name, ty->slots);
+                           q->n_options, ty->name, ty->slots);
             break;
         }
         free(Q);
@@ -118,9 +119,9 @@ kiln_status decide_frame_build(decide_frame *fr, const decide_config *c, const t
                 char where[48] = "";
                 if (!ty->n_labels) snprintf(where, sizeof where, ", option %d", k);
                 st = base_fail(KILN_ERR_INVALID_ARG,
-                             "question %d%s: its head part takes %d tokens > "
-                             "head_max_len %d",
-                             i, where, nh, c->head_max_len);
+                               "question %d%s: its head part takes %d tokens > "
+                               "head_max_len %d",
+                               i, where, nh, c->head_max_len);
             }
             if (nh > longest) longest = nh;
         }

@@ -17,8 +17,8 @@ kiln_status engine_gguf_check(const char *path, int generate) {
     if (!a)
         st = base_fail(KILN_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
     else if (!arch)
-        st =
-            base_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a, model_arch_list());
+        st = base_fail(KILN_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (kiln runs: %s)", path, a,
+                       model_arch_list());
     else if (generate && arch->encoder)
         st = base_fail(KILN_ERR_UNSUPPORTED, "%s: '%s' is an encoder; it embeds but cannot generate", path, a);
     gguf_close(f);
@@ -33,9 +33,9 @@ kiln_status engine_gguf_family(const char *path, kiln_engine_family_id *out) {
     if ((st = gguf_open(path, &f))) return st;
     const char *a = gguf_get_cstr(f, "general.architecture", name, sizeof name, NULL);
     const model_arch *arch = a ? model_arch_find(a) : NULL;
-    *out = model_gguf_is_reranker(f)  ? KILN_ENGINE_RERANK
-           : arch && arch->encoder ? KILN_ENGINE_EMBEDDING
-                                   : KILN_ENGINE_LLM;
+    *out = model_gguf_is_reranker(f) ? KILN_ENGINE_RERANK
+           : arch && arch->encoder   ? KILN_ENGINE_EMBEDDING
+                                     : KILN_ENGINE_LLM;
     gguf_close(f);
     return KILN_OK;
 }

@@ -11,7 +11,8 @@
 #include <string.h>
 
 static kiln_status img_check(void *user, const char *path) {
-    if (!image_is_pack(path)) return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
+    if (!image_is_pack(path))
+        return base_fail(KILN_ERR_FORMAT, "%s: not an image pack (a directory with pack.json)", path);
     image_files f;
     image_config c;
     char err[1024];
@@ -58,8 +59,8 @@ static kiln_status img_run(void *user, void *model, int task, void *req, engine_
     image_pipeline *p = model;
     const int w = image_pipeline_width(p), h = image_pipeline_height(p);
     if ((q->width && q->width != w) || (q->height && q->height != h))
-        return base_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width, q->height,
-                       w, h);
+        return base_fail(KILN_ERR_UNSUPPORTED, "size %dx%d is not supported (this pack makes %dx%d)", q->width,
+                         q->height, w, h);
     kiln_image_result *res = calloc(1, sizeof *res);
     if (res) res->images = calloc((size_t)q->n, sizeof *res->images);
     if (!res || !res->images) {

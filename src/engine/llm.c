@@ -96,7 +96,7 @@ static kiln_status llm_load(void *user, const char *path, kiln_engine_backend ba
         st = kiln_context_new(lm->m, &p, &lm->c);
         if (st == KILN_OK)
             base_log(BASE_LOG_WARN, "a context of %d tokens per sequence does not fit the KV memory budget: %d", asked,
-                   kiln_context_n_ctx(lm->c));
+                     kiln_context_n_ctx(lm->c));
     }
     if (st == KILN_OK && sp.type != KILN_SPEC_NONE) st = spec_new(&sp, lm->m, lm->c, &lm->spec);
     if (st == KILN_OK) {
@@ -134,7 +134,7 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
      * llama-mtmd-cli); the projector encodes on this thread */
     vision_prompt vp;
     kiln_status st = model_image_prompt(lm->m, req->prompt, len, 1, req->n_images > 0, req->images,
-                                     req->n_images > 0 ? req->n_images : 0, &vp);
+                                        req->n_images > 0 ? req->n_images : 0, &vp);
     if (st != KILN_OK) return st;
     const int n = vp.n_tok;
     if (n == 0) {
@@ -145,7 +145,7 @@ static kiln_status generate(llm_model *lm, gen_call *call, engine_run *r) {
     if ((int64_t)n + req->n_predict > n_ctx) {
         vision_prompt_free(&vp);
         return base_fail(KILN_ERR_CONTEXT_FULL, "%d prompt + %d predicted tokens exceed the context of %d", n,
-                       req->n_predict, n_ctx);
+                         req->n_predict, n_ctx);
     }
     kiln_detok *dt = kiln_detok_new(lm->m);
     if (!dt) {

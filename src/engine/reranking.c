@@ -16,10 +16,10 @@ static kiln_status rr_check(void *user, const char *path) {
     gguf_file *f;
     if ((st = gguf_open(path, &f))) return st;
     st = model_gguf_is_reranker(f) ? KILN_OK
-                                : base_fail(KILN_ERR_UNSUPPORTED,
-                                          "%s: not a reranker (no classification head cls.output.weight, or a "
-                                          "decoder without rank pooling)",
-                                          path);
+                                   : base_fail(KILN_ERR_UNSUPPORTED,
+                                               "%s: not a reranker (no classification head cls.output.weight, or a "
+                                               "decoder without rank pooling)",
+                                               path);
     gguf_close(f);
     return st;
 }

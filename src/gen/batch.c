@@ -251,13 +251,13 @@ static kiln_status slot_images(gen_batch *b, gen_slot *s, const gen_params *p) {
         run = p->prompt[i] < 0 ? run + 1 : 0;
         n_neg += p->prompt[i] < 0;
         if (run > b->n_batch)
-            return base_fail(KILN_ERR_INVALID_ARG, "an image of more than %d tokens does not fit a batch of %d", run - 1,
-                           b->n_batch);
+            return base_fail(KILN_ERR_INVALID_ARG, "an image of more than %d tokens does not fit a batch of %d",
+                             run - 1, b->n_batch);
     }
     if (!n_neg && !p->mpos) return KILN_OK;
     if (n_neg && (!p->embd || p->n_embd_rows != n_neg))
         return base_fail(KILN_ERR_INVALID_ARG, "the prompt has %d image tokens and %d embedding rows", n_neg,
-                       p->embd ? p->n_embd_rows : 0);
+                         p->embd ? p->n_embd_rows : 0);
     const size_t E = (size_t)b->n_embd;
     if ((n_neg && !b->b_embd && !(b->b_embd = base_malloc((size_t)b->n_batch * E * sizeof(float)))) ||
         (p->mpos && !b->b_mpos && !(b->b_mpos = base_malloc((size_t)b->n_batch * 4 * sizeof(int32_t)))))

@@ -30,7 +30,7 @@ kiln_status gguf_tensor_check(const gguf_file *f, const char *name, int dims, co
     if (!quant_supported((int)t->type)) {
         const quant_traits *tr = quant_get((int)t->type);
         return base_fail(KILN_ERR_UNSUPPORTED, "tensor %s has type %s, which kiln cannot compute", name,
-                       tr && tr->name ? tr->name : "?");
+                         tr && tr->name ? tr->name : "?");
     }
     *out = t;
     return KILN_OK;

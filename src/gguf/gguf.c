@@ -19,7 +19,7 @@
 #define GGUF_MAX_KEY 65535
 
 typedef struct shard {
-    base_map map;          /* empty for gguf_open_memory */
+    base_map map;        /* empty for gguf_open_memory */
     const uint8_t *base; /* start of the image */
     uint64_t size;       /* of the file */
     uint64_t avail;      /* bytes of it at base: all, or a prefix (gguf_open_header) */
@@ -130,7 +130,7 @@ static int rd_value(cur *c, gguf_kv *kv, const char *key) {
             /* each string takes at least its 8-byte length */
             if (n > ((uint64_t)(c->end - c->p) + c->beyond) / 8) {
                 c->failed = base_fail(KILN_ERR_FORMAT, "key %s: array of %llu strings exceeds the file", key,
-                                    (unsigned long long)n);
+                                      (unsigned long long)n);
                 return -1;
             }
             kv->str_off = malloc((n ? n : 1) * sizeof(uint64_t));
@@ -210,11 +210,11 @@ static kiln_status parse_shard(gguf_file *f, int si) {
      * a tensor info at least 8 + 4 + 8 + 4 + 8 */
     if (n_kv > left / 13 || n_kv > 1000000) {
         return base_fail(KILN_ERR_FORMAT, "metadata count %llu is impossible for a file of %llu bytes",
-                       (unsigned long long)n_kv, (unsigned long long)sh->size);
+                         (unsigned long long)n_kv, (unsigned long long)sh->size);
     }
     if (n_tensors > left / 32 || n_tensors > 1000000) {
         return base_fail(KILN_ERR_FORMAT, "tensor count %llu is impossible for a file of %llu bytes",
-                       (unsigned long long)n_tensors, (unsigned long long)sh->size);
+                         (unsigned long long)n_tensors, (unsigned long long)sh->size);
     }
     if (si == 0) f->version = version;
 
@@ -309,7 +309,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         if (c.failed) return c.failed;
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
             return base_fail(KILN_ERR_FORMAT, "tensor %s: %u dimensions (1 to %d allowed)", t->name, t->n_dims,
-                           GGUF_MAX_DIMS);
+                             GGUF_MAX_DIMS);
         }
         uint64_t nel = 1;
         for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -318,7 +318,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
             if (c.failed) return c.failed;
             if (ne == 0 || ne > (1ull << 40) || base_mul_u64(nel, ne, &nel) || nel > (1ull << 48)) {
                 return base_fail(KILN_ERR_FORMAT, "tensor %s: dimension %u of %llu is out of range", t->name, d,
-                               (unsigned long long)ne);
+                                 (unsigned long long)ne);
             }
             t->ne[d] = (int64_t)ne;
         }
@@ -330,8 +330,8 @@ static kiln_status parse_shard(gguf_file *f, int si) {
             return base_fail(KILN_ERR_FORMAT, "tensor %s: unknown tensor type %u", t->name, t->type);
         }
         if (t->ne[0] % tr->blck != 0) {
-            return base_fail(KILN_ERR_FORMAT, "tensor %s: row of %lld is not a multiple of the %s block size %d", t->name,
-                           (long long)t->ne[0], tr->name, tr->blck);
+            return base_fail(KILN_ERR_FORMAT, "tensor %s: row of %lld is not a multiple of the %s block size %d",
+                             t->name, (long long)t->ne[0], tr->name, tr->blck);
         }
         uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
         if (base_mul_u64((uint64_t)(t->ne[0] / tr->blck), tr->bsize, &t->nbytes) ||
@@ -340,7 +340,7 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         }
         if (t->offset % alignment != 0) {
             return base_fail(KILN_ERR_FORMAT, "tensor %s: data offset %llu is not aligned to %llu", t->name,
-                           (unsigned long long)t->offset, (unsigned long long)alignment);
+                             (unsigned long long)t->offset, (unsigned long long)alignment);
         }
         for (int j = 0; j < f->n_tensors - 1; j++) {
             if (strcmp(f->tensors[j].name, t->name) == 0) {
@@ -362,8 +362,9 @@ static kiln_status parse_shard(gguf_file *f, int si) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t endo;
         if (base_add_u64(t->offset, t->nbytes, &endo) || endo > sh->data_size) {
-            return base_fail(KILN_ERR_FORMAT, "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file",
-                           t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
+            return base_fail(KILN_ERR_FORMAT,
+                             "tensor %s: data (offset %llu, %llu bytes) lies beyond the end of the file", t->name,
+                             (unsigned long long)t->offset, (unsigned long long)t->nbytes);
         }
         t->data = sh->data ? sh->data + t->offset : NULL;
     }
@@ -460,11 +461,11 @@ kiln_status gguf_open(const char *path, gguf_file **out) {
     int64_t meta_count = gguf_get_int(f, "split.count", 0);
     if (count > 1 || meta_count > 1) {
         if (shard_no != 1)
-            st = base_fail(KILN_ERR_FORMAT, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)", path,
-                         shard_no, count);
+            st = base_fail(KILN_ERR_FORMAT, "%s: shard %d of a split model; open the first shard (-00001-of-%05d)",
+                           path, shard_no, count);
         else if (meta_count > 0 && meta_count != count)
             st = base_fail(KILN_ERR_FORMAT, "%s: file name says %d shards, split.count says %lld", path, count,
-                         (long long)meta_count);
+                           (long long)meta_count);
         else if (count > GGUF_MAX_SHARDS)
             st = base_fail(KILN_ERR_FORMAT, "%s: %d shards (at most %d)", path, count, GGUF_MAX_SHARDS);
         for (int i = 2; !st && i <= count; i++) {
@@ -883,7 +884,9 @@ kiln_status gguf_writer_save(gguf_writer *w, const char *path, gguf_produce_fn p
     free(scratch);
     if (!st && fsync(fd) != 0) { st = base_fail(KILN_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno)); }
     close(fd);
-    if (!st && rename(tmp, path) != 0) { st = base_fail(KILN_ERR_IO, "rename to %s failed: %s", path, strerror(errno)); }
+    if (!st && rename(tmp, path) != 0) {
+        st = base_fail(KILN_ERR_IO, "rename to %s failed: %s", path, strerror(errno));
+    }
     if (st) unlink(tmp);
     return st;
 }

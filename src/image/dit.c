@@ -22,24 +22,26 @@ static void sincos_row(float *out, int dim, double pos) {
 }
 
 int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check, char *err,
-                size_t errlen) {
+                   size_t errlen) {
     memset(m, 0, sizeof *m);
     image_binder b = {f, what, check, 0, err, errlen};
-    const ckpt_tensor *pe = ckpt_find(f, "pos_embed.proj.weight"), *c1 = ckpt_find(f, "caption_projection.linear_1.weight"),
-                    *ff = ckpt_find(f, "transformer_blocks.0.ff.net.0.proj.weight"), *po = ckpt_find(f, "proj_out.weight");
+    const ckpt_tensor *pe = ckpt_find(f, "pos_embed.proj.weight"),
+                      *c1 = ckpt_find(f, "caption_projection.linear_1.weight"),
+                      *ff = ckpt_find(f, "transformer_blocks.0.ff.net.0.proj.weight"),
+                      *po = ckpt_find(f, "proj_out.weight");
     if (!pe || !c1 || !ff || !po || pe->n_dims != 4 || c1->n_dims != 2 || ff->n_dims != 2 || po->n_dims != 2 ||
         pe->shape[2] != pe->shape[3]) {
         base_errf(err, errlen,
-                "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
-                "transformer_blocks.0 and proj_out)",
-                what);
+                  "%s: not a PixArt-alpha transformer (needs pos_embed.proj, caption_projection, "
+                  "transformer_blocks.0 and proj_out)",
+                  what);
         return -1;
     }
     if (ckpt_find(f, "adaln_single.emb.resolution_embedder.linear_1.weight")) {
         base_errf(err, errlen,
-                "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
-                "supported",
-                what);
+                  "%s: a transformer with micro-conditions (resolution and aspect embedders) is not "
+                  "supported",
+                  what);
         return -1;
     }
     m->hidden = (int)pe->shape[0];
@@ -171,7 +173,8 @@ void image_dit_work_free(image_dit_work *w) {
     free(w);
 }
 
-image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len) {
+image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b, const float *const *ctx,
+                                   const int *ctx_len) {
     image_dit_work *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->b = b;
@@ -234,7 +237,8 @@ image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b,
     return w;
 }
 
-void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w, const float *x, const float *t, float *out) {
+void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w, const float *x, const float *t,
+                       float *out) {
     const int B = w->b, N = m->n_tok, D = m->hidden, p = m->patch, S = m->sample, G = m->grid, oc = m->out_ch;
     const int BN = B * N;
     const size_t P = (size_t)m->in_ch * (size_t)p * (size_t)p, PO = (size_t)p * (size_t)p * (size_t)oc;
@@ -283,7 +287,7 @@ void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w,
         for (int b = 0; b < B; b++) {
             const size_t o = (size_t)b * N * D;
             image_attn at = {w->q + o, w->k + o, w->v + o, D, D, D, N, N, m->heads, m->hd, 1.0f / sqrtf((float)m->hd),
-                          NULL,     w->a + o, D};
+                             NULL,     w->a + o, D};
             image_attention(pool, &at, w->as);
         }
         image_linear(pool, &k->o1, w->a, BN, w->y, w->mm);

@@ -34,8 +34,8 @@ typedef struct image_dit_block {
 typedef struct image_dit {
     int hidden, heads, hd, depth, patch, in_ch, out_ch, sample, caption, ff;
     float interp;
-    int grid, n_tok; /* grid = sample / patch; n_tok = grid^2 */
-    image_lin patch_w;  /* [hidden][in_ch * p * p] */
+    int grid, n_tok;   /* grid = sample / patch; n_tok = grid^2 */
+    image_lin patch_w; /* [hidden][in_ch * p * p] */
     image_lin t1, t2, ada, c1, c2, proj;
     image_dit_block *blk;
     float *sst_out; /* [2][hidden] */
@@ -45,7 +45,7 @@ typedef struct image_dit {
 /* Infers the sizes from f (the heads from head_dim) and binds every
  * tensor; check set: verify only, nothing allocated. */
 int image_dit_bind(image_dit *m, const ckpt_file *f, const char *what, int head_dim, float interp, int check, char *err,
-                size_t errlen);
+                   size_t errlen);
 void image_dit_free(image_dit *m);
 
 /* A request's buffers: a batch of b items, each with its own caption
@@ -53,10 +53,12 @@ void image_dit_free(image_dit *m);
  * every block's cross-attention keys and values are computed here once;
  * a step allocates nothing. */
 typedef struct image_dit_work image_dit_work;
-image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b, const float *const *ctx, const int *ctx_len);
+image_dit_work *image_dit_work_new(const image_dit *m, thread_pool *pool, int b, const float *const *ctx,
+                                   const int *ctx_len);
 void image_dit_work_free(image_dit_work *w);
 /* out [b][out_ch][sample][sample] = the model on x [b][in_ch][sample][sample]
  * at timesteps t[b]. */
-void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w, const float *x, const float *t, float *out);
+void image_dit_forward(const image_dit *m, thread_pool *pool, image_dit_work *w, const float *x, const float *t,
+                       float *out);
 
 #endif

@@ -75,8 +75,8 @@ typedef struct image_pipeline image_pipeline;
  * 0, or -1 with err. */
 int image_pipeline_check(const image_files *files, const image_config *config, char *err, size_t errlen);
 /* Checks the schemas (see above), then loads: weights stay mapped. */
-int image_pipeline_open(const image_files *files, const image_config *config, int n_threads, image_pipeline **out, char *err,
-                     size_t errlen);
+int image_pipeline_open(const image_files *files, const image_config *config, int n_threads, image_pipeline **out,
+                        char *err, size_t errlen);
 void image_pipeline_free(image_pipeline *p);
 const image_config *image_pipeline_config(const image_pipeline *p);
 int image_pipeline_width(const image_pipeline *p); /* pixels: 256 */
@@ -110,7 +110,8 @@ int image_encode(image_pipeline *p, const int32_t *ids, int n, float *out, char 
 int image_encoder_width(const image_pipeline *p);
 /* One DiT evaluation of x [in_ch][32][32] at timestep t with caption
  * states ctx [n][d_model]: out [out_ch][32][32]. */
-int image_dit_once(image_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err, size_t errlen);
+int image_dit_once(image_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err,
+                   size_t errlen);
 int image_dit_out_channels(const image_pipeline *p);
 /* img [3][256][256] from latents z [4][32][32] (scaled latents: divided by
  * the scaling factor first). */

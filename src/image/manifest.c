@@ -66,20 +66,21 @@ static int sha256_file(const char *path, char hex[65]) {
 int image_tokenizer_pinned(const char *path, const char *sha256, char *err, size_t errlen) {
     struct stat st;
     char got[65];
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return base_errf(err, errlen, "tokenizer %s: not a file", path), -1;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return base_errf(err, errlen, "tokenizer %s: not a file", path), -1;
     if (sha256 && (strlen(sha256) != 64 || strspn(sha256, "0123456789abcdefABCDEF") != 64))
         return base_errf(err, errlen, "--tokenizer-sha256: '%s' is not 64 hex digits", sha256), -1;
     if (!sha256 && st.st_size != IMAGE_SPIECE_PIN_BYTES)
         return base_errf(err, errlen,
-                       "tokenizer %s is not Flan-T5's spiece.model (%lld bytes, not %d); a pack records its own "
-                       "tokenizer, or --tokenizer-sha256 pins this one",
-                       path, (long long)st.st_size, IMAGE_SPIECE_PIN_BYTES),
+                         "tokenizer %s is not Flan-T5's spiece.model (%lld bytes, not %d); a pack records its own "
+                         "tokenizer, or --tokenizer-sha256 pins this one",
+                         path, (long long)st.st_size, IMAGE_SPIECE_PIN_BYTES),
                -1;
     if (sha256_file(path, got)) return base_errf(err, errlen, "tokenizer %s: cannot read it", path), -1;
     const char *want = sha256 ? sha256 : IMAGE_SPIECE_PIN_SHA256;
     if (strcasecmp(got, want))
         return base_errf(err, errlen, "tokenizer %s has sha256 %s, %s %s", path, got,
-                       sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want),
+                         sha256 ? "--tokenizer-sha256 pins" : "not Flan-T5's spiece.model,", want),
                -1;
     return 0;
 }
@@ -226,7 +227,7 @@ int image_pack_read(const char *path, int verify, image_files *files, image_conf
         }
         if ((json_int_t)st.st_size != json_integer_value(len)) {
             base_errf(err, errlen, "pack %s: %s (%s) is %lld bytes, the pack records %lld", config->name, file, role,
-                    (long long)st.st_size, (long long)json_integer_value(len));
+                      (long long)st.st_size, (long long)json_integer_value(len));
             goto done;
         }
         char got[65];
@@ -237,7 +238,7 @@ int image_pack_read(const char *path, int verify, image_files *files, image_conf
             }
             if (strcmp(got, sha)) {
                 base_errf(err, errlen, "pack %s: %s (%s) has sha256 %s, the pack records %s", config->name, file, role,
-                        got, sha);
+                          got, sha);
                 goto done;
             }
         }
@@ -245,9 +246,9 @@ int image_pack_read(const char *path, int verify, image_files *files, image_conf
     for (int r = 0; r < 4; r++)
         if (!seen[r]) {
             base_errf(err, errlen,
-                    "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
-                    "required)",
-                    pj, roles[r]);
+                      "%s: the pack has no %s artifact (dit, text-encoder, tokenizer and vae are all "
+                      "required)",
+                      pj, roles[r]);
             goto done;
         }
     rc = 0;

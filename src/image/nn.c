@@ -40,7 +40,7 @@ static const ckpt_tensor *need(image_binder *b, const char *name, int n_dims, co
     }
     if (ckpt_dtype_kq(t->dtype) < 0) {
         base_errf(b->err, b->errlen, "%s: tensor %s is %s (F32, F16 or BF16 expected)", b->what, name,
-                ckpt_dtype_name(t->dtype));
+                  ckpt_dtype_name(t->dtype));
         b->failed = 1;
         return NULL;
     }
@@ -118,18 +118,18 @@ void image_linear(thread_pool *pool, const image_lin *l, const float *x, int n, 
     const int t = l->w.type;
     if (n >= GEMM_MIN_ROWS && !l->w.packed && (t == QUANT_F32 || t == QUANT_F16 || t == QUANT_BF16)) {
         const kern_gemm g = {n,
-                           (int)l->w.nrows,
-                           (int)l->w.ncols,
-                           x,
-                           (size_t)l->w.ncols,
-                           KERN_GB_ROWS,
-                           l->w.data,
-                           t,
-                           quant_row_size(t, l->w.ncols),
-                           y,
-                           (size_t)l->w.nrows,
-                           l->b,
-                           NULL};
+                             (int)l->w.nrows,
+                             (int)l->w.ncols,
+                             x,
+                             (size_t)l->w.ncols,
+                             KERN_GB_ROWS,
+                             l->w.data,
+                             t,
+                             quant_row_size(t, l->w.ncols),
+                             y,
+                             (size_t)l->w.nrows,
+                             l->b,
+                             NULL};
         kern_gemm_run(pool, &g);
         return;
     }
@@ -168,10 +168,10 @@ void image_attention(thread_pool *pool, const image_attn *a, void *scratch) {
         const size_t c0 = (size_t)h * (size_t)a->hd;
         /* scores [n_q][n_kv] = q_h k_h^T, k_h as rows */
         const kern_gemm qk = {a->n_q,    a->n_kv,         a->hd,
-                            a->q + c0, (size_t)a->ldq,  KERN_GB_ROWS,
-                            a->k + c0, QUANT_F32,          (size_t)a->ldk * sizeof(float),
-                            s,         (size_t)a->n_kv, NULL,
-                            NULL};
+                              a->q + c0, (size_t)a->ldq,  KERN_GB_ROWS,
+                              a->k + c0, QUANT_F32,       (size_t)a->ldk * sizeof(float),
+                              s,         (size_t)a->n_kv, NULL,
+                              NULL};
         kern_gemm_run(pool, &qk);
         sm_job sj = {a, s, h};
         if ((size_t)a->n_q * (size_t)a->n_kv >= 16384)
@@ -179,9 +179,9 @@ void image_attention(thread_pool *pool, const image_attn *a, void *scratch) {
         else
             softmax_task(&sj, 0, 1);
         /* out_h [n_q][hd] = p v_h, v_h [n_kv][hd] */
-        const kern_gemm pv = {a->n_q,    a->hd,  a->n_kv,        s,           (size_t)a->n_kv, KERN_GB_KN,
-                            a->v + c0, QUANT_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,
-                            NULL};
+        const kern_gemm pv = {a->n_q,    a->hd,     a->n_kv,        s,           (size_t)a->n_kv, KERN_GB_KN,
+                              a->v + c0, QUANT_F32, (size_t)a->ldv, a->out + c0, (size_t)a->ldo,  NULL,
+                              NULL};
         kern_gemm_run(pool, &pv);
     }
 }

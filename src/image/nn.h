@@ -39,7 +39,7 @@ float *image_vec(image_binder *b, int64_t n, const char *fmt, ...) __attribute__
 
 typedef struct image_lin {
     kern_mat w; /* out rows of in */
-    float *b; /* [out] or NULL */
+    float *b;   /* [out] or NULL */
 } image_lin;
 
 /* PREFIX.weight [out][in] and, when bias is set, PREFIX.bias [out]. */

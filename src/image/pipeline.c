@@ -68,7 +68,8 @@ void image_pipeline_free(image_pipeline *p) {
 /* Maps the three model files, reads the tokenizer and checks every schema
  * and that the parts fit, before any model memory: the first half of
  * opening, and all of checking. */
-static int open_checked(image_pipeline *p, const image_files *files, const image_config *config, char *err, size_t errlen) {
+static int open_checked(image_pipeline *p, const image_files *files, const image_config *config, char *err,
+                        size_t errlen) {
     /* headers only: the readers map the files and list their tensors */
     char sub[512];
     if (ckpt_open(files->dit, &p->fd) || ckpt_open(files->t5, &p->ft) || ckpt_open(files->vae, &p->fv)) {
@@ -81,7 +82,7 @@ static int open_checked(image_pipeline *p, const image_files *files, const image
     }
     if (ckpt_format(p->ft) != CKPT_SAFETENSORS || ckpt_format(p->fv) != CKPT_SAFETENSORS) {
         base_errf(err, errlen, "%s: the text encoder and the VAE must be safetensors",
-                ckpt_format(p->ft) != CKPT_SAFETENSORS ? files->t5 : files->vae);
+                  ckpt_format(p->ft) != CKPT_SAFETENSORS ? files->t5 : files->vae);
         return -1;
     }
     size_t tl = 0;
@@ -104,22 +105,22 @@ static int open_checked(image_pipeline *p, const image_files *files, const image
         return -1;
     if (dit.caption != t5.d_model) {
         base_errf(err, errlen, "%s takes %d-wide caption states but the text encoder %s gives %d", nd, dit.caption, nt,
-                t5.d_model);
+                  t5.d_model);
         return -1;
     }
     if (dit.in_ch != vae.latent || (dit.out_ch != dit.in_ch && dit.out_ch != 2 * dit.in_ch)) {
         base_errf(err, errlen, "%s has %d latent channels in and %d out, the VAE %s %d", nd, dit.in_ch, dit.out_ch, nv,
-                vae.latent);
+                  vae.latent);
         return -1;
     }
     if (dit.sample * image_vae_factor(&vae) != IMAGE_SIZE) {
         base_errf(err, errlen, "%s with %s makes %d-pixel images; only %d x %d is supported", nd, nv,
-                dit.sample * image_vae_factor(&vae), IMAGE_SIZE, IMAGE_SIZE);
+                  dit.sample * image_vae_factor(&vae), IMAGE_SIZE, IMAGE_SIZE);
         return -1;
     }
     if (image_spiece_n_pieces(p->tok) > t5.n_vocab || image_spiece_eos(p->tok) < 0) {
         base_errf(err, errlen, "the tokenizer (%d pieces%s) does not fit the text encoder's %d embeddings",
-                image_spiece_n_pieces(p->tok), image_spiece_eos(p->tok) < 0 ? ", no EOS" : "", t5.n_vocab);
+                  image_spiece_n_pieces(p->tok), image_spiece_eos(p->tok) < 0 ? ", no EOS" : "", t5.n_vocab);
         return -1;
     }
     return 0;
@@ -136,8 +137,8 @@ int image_pipeline_check(const image_files *files, const image_config *config, c
     return rc;
 }
 
-int image_pipeline_open(const image_files *files, const image_config *config, int n_threads, image_pipeline **out, char *err,
-                     size_t errlen) {
+int image_pipeline_open(const image_files *files, const image_config *config, int n_threads, image_pipeline **out,
+                        char *err, size_t errlen) {
     *out = NULL;
     image_pipeline *p = calloc(1, sizeof *p);
     if (!p) {
@@ -180,7 +181,7 @@ int image_encode(image_pipeline *p, const int32_t *ids, int n, float *out, char 
 }
 
 int image_dit_once(image_pipeline *p, const float *x, float t, const float *ctx, int n, float *out, char *err,
-                size_t errlen) {
+                   size_t errlen) {
     image_dit_work *w = image_dit_work_new(&p->dit, p->pool, 1, &ctx, &n);
     if (!w) {
         base_errf(err, errlen, "out of memory");
@@ -205,7 +206,8 @@ void image_to_pixels(const float *img, int w, int h, uint8_t *rgb) {
         }
 }
 
-int image_generate(image_pipeline *p, const image_request *r, uint8_t **png, size_t *png_len, char *err, size_t errlen) {
+int image_generate(image_pipeline *p, const image_request *r, uint8_t **png, size_t *png_len, char *err,
+                   size_t errlen) {
     *png = NULL;
     *png_len = 0;
     const image_config *c = &p->cfg;
@@ -239,7 +241,7 @@ int image_generate(image_pipeline *p, const image_request *r, uint8_t **png, siz
     }
     if (n > c->max_tokens) {
         base_errf(err, errlen, "the prompt is %d tokens; the text encoder takes at most %d (end token included)", n,
-                c->max_tokens);
+                  c->max_tokens);
         rc = IMAGE_TOO_LONG;
         goto done;
     }

@@ -21,7 +21,7 @@ int image_sched_plan(const image_sched *s, int steps, float *ts, float *sigmas, 
     const int N = s->n_train;
     if (N < 2 || N > 100000 || steps < 1 || steps > N || steps > IMAGE_MAX_STEPS) {
         base_errf(err, errlen, "steps must be 1..%d (the schedule has %d training steps)",
-                N < IMAGE_MAX_STEPS ? N : IMAGE_MAX_STEPS, N);
+                  N < IMAGE_MAX_STEPS ? N : IMAGE_MAX_STEPS, N);
         return -1;
     }
     float *sig = malloc((size_t)N * sizeof *sig);
@@ -74,7 +74,7 @@ void image_euler_step(const image_sched *s, float *z, const float *model, float 
     const float c = sqrtf(sigma * sigma + 1.0f);
     for (size_t i = 0; i < n; i++) {
         const float x0 = s->prediction == IMAGE_PRED_EPSILON ? z[i] - sigma * model[i]
-                                                          : model[i] * (-sigma / c) + z[i] / (sigma * sigma + 1.0f);
+                                                             : model[i] * (-sigma / c) + z[i] / (sigma * sigma + 1.0f);
         z[i] = z[i] + (z[i] - x0) / sigma * dt;
     }
 }

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err, size_t errlen) {
+int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err,
+                  size_t errlen) {
     memset(m, 0, sizeof *m);
     image_binder b = {f, what, check, 0, err, errlen};
     const ckpt_tensor *emb = ckpt_find(f, "shared.weight");
@@ -21,9 +22,9 @@ int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_dis
     const ckpt_tensor *wi = ckpt_find(f, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
     if (!emb || !rb || !q0 || !wi || emb->n_dims != 2 || rb->n_dims != 2 || q0->n_dims != 2 || wi->n_dims != 2) {
         base_errf(err, errlen,
-                "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
-                "position bias, and a gated-GELU feed-forward wi_0/wi_1)",
-                what);
+                  "%s: not a T5 encoder (needs shared.weight, encoder.block.0 attention with its relative "
+                  "position bias, and a gated-GELU feed-forward wi_0/wi_1)",
+                  what);
         return -1;
     }
     m->n_vocab = (int)emb->shape[0];
@@ -34,7 +35,7 @@ int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_dis
     m->max_distance = max_distance;
     if (m->heads < 1 || q0->shape[0] % m->heads || m->buckets < 4 || m->buckets % 2 || max_distance < m->buckets / 4) {
         base_errf(err, errlen, "%s: T5 sizes do not fit together (%d heads, %lld inner, %d buckets)", what, m->heads,
-                (long long)q0->shape[0], m->buckets);
+                  (long long)q0->shape[0], m->buckets);
         return -1;
     }
     m->d_kv = (int)(q0->shape[0] / m->heads);
@@ -46,7 +47,7 @@ int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_dis
     const int64_t D = m->d_model, I = (int64_t)m->heads * m->d_kv, F = m->d_ff;
     image_mat(&b, &m->emb, 2, (int64_t[]){m->n_vocab, D}, "%s", emb_name);
     m->rel_bias = image_vec(&b, (int64_t)m->buckets * m->heads,
-                         "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+                            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
     if (!check) {
         m->blk = calloc((size_t)m->layers, sizeof *m->blk);
         if (!m->blk) {
@@ -104,7 +105,8 @@ static void rmsnorm(float *out, const float *x, const float *w, int n_tok, int d
     for (int t = 0; t < n_tok; t++) kern_rmsnorm(out + (size_t)t * (size_t)d, x + (size_t)t * (size_t)d, w, d, 1e-6f);
 }
 
-int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen) {
+int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err,
+                    size_t errlen) {
     const int D = m->d_model, I = m->heads * m->d_kv, F = m->d_ff, H = m->heads;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->n_vocab) {

@@ -23,7 +23,7 @@ typedef struct image_t5_block {
 
 typedef struct image_t5 {
     int n_vocab, d_model, heads, d_kv, d_ff, layers, buckets, max_distance;
-    kern_mat emb;      /* [n_vocab][d_model], mapped */
+    kern_mat emb;    /* [n_vocab][d_model], mapped */
     float *rel_bias; /* [buckets][heads] */
     image_t5_block *blk;
     float *final_ln;
@@ -31,11 +31,13 @@ typedef struct image_t5 {
 
 /* Infers the sizes from f and binds every tensor; with check set it only
  * verifies (no allocation; m receives the sizes).  0 or -1 with err. */
-int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err, size_t errlen);
+int image_t5_bind(image_t5 *m, const ckpt_file *f, const char *what, int max_distance, int check, char *err,
+                  size_t errlen);
 void image_t5_free(image_t5 *m);
 /* out [n][d_model] = encoder states of ids[0..n).  Returns -1 (err set)
  * for an id outside the vocabulary or when out of memory. */
-int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err, size_t errlen);
+int image_t5_encode(const image_t5 *m, thread_pool *pool, const int32_t *ids, int n, float *out, char *err,
+                    size_t errlen);
 /* The bucket of relative position rel = key - query, as transformers
  * computes it (float32 logarithms, truncation). */
 int image_t5_bucket(int rel, int buckets, int max_distance);

@@ -49,7 +49,7 @@ static void res_free(image_resnet *r) {
 }
 
 int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check, char *err,
-                size_t errlen) {
+                   size_t errlen) {
     memset(m, 0, sizeof *m);
     image_binder b = {f, what, check, 0, err, errlen};
     const ckpt_tensor *ci = ckpt_find(f, "decoder.conv_in.weight"), *co = ckpt_find(f, "decoder.conv_out.weight");
@@ -60,7 +60,8 @@ int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int group
     m->latent = (int)ci->shape[1];
     m->groups = groups;
     m->scaling = scaling;
-    while (image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", m->n_blocks) && m->n_blocks < IMAGE_VAE_MAX_BLOCKS)
+    while (image_find(f, "decoder.up_blocks.%d.resnets.0.conv1.weight", m->n_blocks) &&
+           m->n_blocks < IMAGE_VAE_MAX_BLOCKS)
         m->n_blocks++;
     while (image_find(f, "decoder.up_blocks.0.resnets.%d.conv1.weight", m->layers) && m->layers < 64) m->layers++;
     if (m->n_blocks < 1 || m->layers < 1) {
@@ -182,7 +183,8 @@ static void resnet(vae_run *r, const image_resnet *rs, float *x, int h, int w, f
     kern_add(x, t1, rs->cout * hw);
 }
 
-int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen) {
+int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err,
+                     size_t errlen) {
     const int top = m->ch[m->n_blocks - 1];
     size_t big = (size_t)m->latent * (size_t)h * (size_t)w, cs = 0;
     /* the largest image and conv scratch over every stage */

@@ -35,24 +35,25 @@ typedef struct image_resnet {
 
 typedef struct image_vae {
     int latent, groups, n_blocks, layers; /* layers = resnets per up block */
-    int ch[IMAGE_VAE_MAX_BLOCKS];            /* block_out_channels, narrowest first */
+    int ch[IMAGE_VAE_MAX_BLOCKS];         /* block_out_channels, narrowest first */
     float scaling;
     image_conv pq, conv_in, conv_out;
     image_resnet mid0, mid1;
     float *an_w, *an_b; /* mid attention group norm */
     image_lin aq, ak, av, ao;
-    image_resnet *res;                /* [n_blocks][layers] */
+    image_resnet *res;                   /* [n_blocks][layers] */
     image_conv up[IMAGE_VAE_MAX_BLOCKS]; /* up[i] for i < n_blocks - 1 */
     float *no_w, *no_b;
 } image_vae;
 
 int image_vae_bind(image_vae *m, const ckpt_file *f, const char *what, int groups, float scaling, int check, char *err,
-                size_t errlen);
+                   size_t errlen);
 void image_vae_free(image_vae *m);
 /* Pixels per latent step in each direction (2^(n_blocks - 1)). */
 static inline int image_vae_factor(const image_vae *m) { return 1 << (m->n_blocks - 1); }
 /* img [3][h f][w f] = decode(z [latent][h][w]); allocates its buffers for
  * the call.  -1 with err when out of memory. */
-int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err, size_t errlen);
+int image_vae_decode(const image_vae *m, thread_pool *pool, const float *z, int h, int w, float *img, char *err,
+                     size_t errlen);
 
 #endif

@@ -262,18 +262,18 @@ void kern_conv2d(thread_pool *pool, const kern_conv *c, const float *x, float *y
     }
     const conv_job j = {c, x, ho, wo};
     const kern_gemm g = {(int)c->wt->nrows,
-                       ho * wo,
-                       (int)c->wt->ncols,
-                       a,
-                       (size_t)c->wt->ncols,
-                       KERN_GB_CONV,
-                       &j,
-                       QUANT_F32,
-                       0,
-                       y,
-                       (size_t)ho * (size_t)wo,
-                       NULL,
-                       c->bias};
+                         ho * wo,
+                         (int)c->wt->ncols,
+                         a,
+                         (size_t)c->wt->ncols,
+                         KERN_GB_CONV,
+                         &j,
+                         QUANT_F32,
+                         0,
+                         y,
+                         (size_t)ho * (size_t)wo,
+                         NULL,
+                         c->bias};
     kern_gemm_run(pool, &g);
 }
 

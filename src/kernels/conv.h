@@ -81,7 +81,7 @@ typedef struct kern_gemm {
  * packer (panels of nc <= KERN_GEMM_NC columns from rows n0 .. of w, zero
  * columns past n). */
 typedef void (*kern_gemm_tile_fn)(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c,
-                                size_t ldc);
+                                  size_t ldc);
 typedef void (*kern_gemm_pack_fn)(const kern_gemm *g, int k0, int kc, int n0, int nc, float *panel);
 
 /* C as above through the best level's kernels, the chunks spread over the
@@ -95,9 +95,9 @@ int kern_gemm_run_at(thread_pool *pool, const kern_gemm *g, int isa);
 void kern_gemm_run_tile(thread_pool *pool, const kern_gemm *g, kern_gemm_tile_fn tile);
 
 typedef struct kern_conv {
-    const kern_mat *wt;  /* cout rows of cin * kh * kw */
-    const float *bias; /* [cout] or NULL */
-    int cin, h, w;     /* input image */
+    const kern_mat *wt; /* cout rows of cin * kh * kw */
+    const float *bias;  /* [cout] or NULL */
+    int cin, h, w;      /* input image */
     int kh, kw, stride, pad;
 } kern_conv;
 

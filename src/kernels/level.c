@@ -11,29 +11,29 @@
 #include "kernels/level.h"
 
 /* tile: the F16 block kernel, which must sum as the level's F16 vec_dot */
-#define KERN_SCALAR_LEVEL(tile)                                                                    \
-    {                                                                                            \
+#define KERN_SCALAR_LEVEL(tile)                                                                            \
+    {                                                                                                      \
         &kern_ops_scalar, &kern_ssm_scalar, kern_groupnorm_ref, &kern_x8_scalar, tile, kern_gemm_tile_ref, \
-            kern_gemm_pack_rows_ref, kern_gelu_tanh_ref                                              \
+            kern_gemm_pack_rows_ref, kern_gelu_tanh_ref                                                    \
     }
 
 #if defined(__aarch64__)
 /* Both aarch64 levels: the F16 block kernel sums as their F16 vec_dot (8
  * lanes); the dotprod level's ops differ only by sdot in the Q8_0 attention. */
-#define KERN_NEON_LEVEL(ops)                                                                        \
-    {                                                                                             \
+#define KERN_NEON_LEVEL(ops)                                                                                \
+    {                                                                                                       \
         ops, &kern_ssm_neon, kern_groupnorm_neon, &kern_x8_scalar, kern_tile_f16_neon, kern_gemm_tile_neon, \
-            kern_gemm_pack_rows_neon, kern_gelu_tanh_neon                                             \
+            kern_gemm_pack_rows_neon, kern_gelu_tanh_neon                                                   \
     }
 #endif
 
 static const kern_level g_levels[] = {
     [QUANT_ISA_SCALAR] = KERN_SCALAR_LEVEL(kern_tile_f16_ref),
 #if defined(__x86_64__)
-    [QUANT_ISA_AVX2] = {&kern_ops_avx2, &kern_ssm_avx2, kern_groupnorm_avx2, &kern_x8_avx2, kern_tile_f16_avx2, kern_gemm_tile_avx2,
-                     kern_gemm_pack_rows_avx2, kern_gelu_tanh_avx2},
+    [QUANT_ISA_AVX2] = {&kern_ops_avx2, &kern_ssm_avx2, kern_groupnorm_avx2, &kern_x8_avx2, kern_tile_f16_avx2,
+                        kern_gemm_tile_avx2, kern_gemm_pack_rows_avx2, kern_gelu_tanh_avx2},
     [QUANT_ISA_AVX512] = {&kern_ops_avx2, &kern_ssm_avx2, kern_groupnorm_avx2, &kern_x8_avx512, kern_tile_f16_avx512,
-                       kern_gemm_tile_avx512, kern_gemm_pack_rows_avx2, kern_gelu_tanh_avx2},
+                          kern_gemm_tile_avx512, kern_gemm_pack_rows_avx2, kern_gelu_tanh_avx2},
 #elif defined(__aarch64__)
     [QUANT_ISA_NEON] = KERN_NEON_LEVEL(&kern_ops_neon),
     [QUANT_ISA_DOTPROD] = KERN_NEON_LEVEL(&kern_ops_dotprod),

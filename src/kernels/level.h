@@ -21,7 +21,7 @@ struct kern_ssm_ops;
 typedef void (*kern_level_gn_fn)(const struct kern_gn *g, const float *x, float *y, int group);
 /* conv.h's kern_gemm_tile_fn and kern_gemm_pack_fn */
 typedef void (*kern_level_gemm_tile_fn)(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c,
-                                      size_t ldc);
+                                        size_t ldc);
 typedef void (*kern_level_gemm_pack_fn)(const struct kern_gemm *g, int k0, int kc, int n0, int nc, float *panel);
 
 /* A level's interleaved (pack.h) kernels by weight type; NULL = none. */
@@ -35,10 +35,10 @@ typedef struct kern_level {
     const struct kern_ssm_ops *ssm;
     kern_level_gn_fn groupnorm; /* conv.h's kern_gn_fn */
     const kern_x8_set *x8;
-    kern_tile_fn tile_f16;                   /* the F16 block kernel (matmul.h) */
-    kern_level_gemm_tile_fn gemm_tile;       /* conv.h's image GEMM: the 6 x 16 tile */
-    kern_level_gemm_pack_fn gemm_pack_rows;  /* and its packer of weight rows */
-    void (*gelu_tanh)(float *x, size_t n); /* conv.h's kern_gelu_fn */
+    kern_tile_fn tile_f16;                  /* the F16 block kernel (matmul.h) */
+    kern_level_gemm_tile_fn gemm_tile;      /* conv.h's image GEMM: the 6 x 16 tile */
+    kern_level_gemm_pack_fn gemm_pack_rows; /* and its packer of weight rows */
+    void (*gelu_tanh)(float *x, size_t n);  /* conv.h's kern_gelu_fn */
 } kern_level;
 
 /* The table of level isa (QUANT_ISA_*), NULL when the CPU lacks it. */
@@ -55,7 +55,7 @@ void kern_gemm_tile_ref(int mr, int nr, int kc, const float *a, size_t lda, cons
 void kern_gemm_pack_rows_ref(const struct kern_gemm *g, int k0, int kc, int n0, int nc, float *panel);
 void kern_gelu_tanh_ref(float *x, size_t n);
 void kern_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                     int64_t ldy);
+                       int64_t ldy);
 /* AVX2 (+ FMA, F16C): ops_avx2.c, ssm_avx2.c, conv_avx2.c, pack_avx2.c,
  * matmul_avx2.c. */
 extern const kern_ops kern_ops_avx2;
@@ -66,12 +66,12 @@ void kern_gemm_tile_avx2(int mr, int nr, int kc, const float *a, size_t lda, con
 void kern_gemm_pack_rows_avx2(const struct kern_gemm *g, int k0, int kc, int n0, int nc, float *panel);
 void kern_gelu_tanh_avx2(float *x, size_t n);
 void kern_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                      int64_t ldy);
+                        int64_t ldy);
 /* AVX-512 VNNI: pack_avx512.c, matmul_avx512.c, conv_avx512.c. */
 extern const kern_x8_set kern_x8_avx512;
 void kern_gemm_tile_avx512(int mr, int nr, int kc, const float *a, size_t lda, const float *bp, float *c, size_t ldc);
 void kern_tile_f16_avx512(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                        int64_t ldy);
+                          int64_t ldy);
 
 /* aarch64 NEON, the twins of both aarch64 levels (the dotprod level adds
  * nothing to this folder's): ops_neon.c, ssm_neon.c, conv_neon.c, matmul_neon.c. */
@@ -83,6 +83,6 @@ void kern_gemm_tile_neon(int mr, int nr, int kc, const float *a, size_t lda, con
 void kern_gemm_pack_rows_neon(const struct kern_gemm *g, int k0, int kc, int n0, int nc, float *panel);
 void kern_gelu_tanh_neon(float *x, size_t n);
 void kern_tile_f16_neon(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                      int64_t ldy);
+                        int64_t ldy);
 
 #endif

@@ -41,10 +41,10 @@ size_t kern_matmul_scratch_size(int64_t ncols, int n_tok) {
 }
 
 typedef struct mm_out_info {
-    int act;         /* index into act[] */
+    int act;           /* index into act[] */
     kern_tile_fn tile; /* block kernel, NULL = none */
-    int x8;          /* index into x8t[] + 1, 0 = not interleaved */
-    int t0, nt;      /* the activation rows it takes */
+    int x8;            /* index into x8t[] + 1, 0 = not interleaved */
+    int t0, nt;        /* the activation rows it takes */
 } mm_out_info;
 
 typedef struct mm_job {
@@ -58,11 +58,11 @@ typedef struct mm_job {
     const uint8_t *act[MAX_ACT_TYPES];
     size_t act_row[MAX_ACT_TYPES];
     int n_act;
-    struct mm_out_info *oi;          /* [n_out] per output */
+    struct mm_out_info *oi;            /* [n_out] per output */
     const kern_x8_traits *x8t[MAX_X8]; /* interleaved formats in use, */
     kern_x8_fn x8fn[MAX_X8];           /* their kernels */
     kern_x8_dec_fn x8dec[MAX_X8];      /* and one-token kernels over groups */
-    uint8_t *x8act[MAX_X8];          /* and [block][token] activations */
+    uint8_t *x8act[MAX_X8];            /* and [block][token] activations */
     int n_x8;
     int64_t total_rows;
     /* row tiles are handed out in pieces from this counter (dot_task), so a
@@ -72,7 +72,7 @@ typedef struct mm_job {
 
 /* The scalar level: the reference vec_dot per output. */
 void kern_tile_f16_ref(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                     int64_t ldy) {
+                       int64_t ldy) {
     const quant_vec_dot_fn dot = quant_get(QUANT_F16)->vec_dot_ref;
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++)
@@ -207,12 +207,13 @@ static void dot_task(void *ud, int ith, int nth) {
     }
 }
 
-void kern_matmul_multi(thread_pool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok, void *scratch) {
+void kern_matmul_multi(thread_pool *pool, const kern_mm_out *outs, int n_out, const float *x, int n_tok,
+                       void *scratch) {
     kern_matmul_ranges(pool, outs, NULL, NULL, n_out, x, n_tok, scratch);
 }
 
 void kern_matmul_ranges(thread_pool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
-                      const float *x, int n_tok, void *scratch) {
+                        const float *x, int n_tok, void *scratch) {
     mm_out_info oi[MAX_OUTS];
     const int isa = quant_active_isa(); /* the block kernel beside the vec_dot of the same level */
     mm_job j;
@@ -285,7 +286,8 @@ void kern_matmul_ranges(thread_pool *pool, const kern_mm_out *outs, const int32_
     thread_pool_run_shared(pool, dot_task, &j);
 }
 
-void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch) {
+void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy,
+                 void *scratch) {
     kern_mm_out o = {w, y, ldy};
     kern_matmul_multi(pool, &o, 1, x, n_tok, scratch);
 }

@@ -69,7 +69,7 @@ void kern_matmul_multi(thread_pool *pool, const kern_mm_out *outs, int n_out, co
  * gives each expert the rows routed to it; ranges may overlap).  x is
  * converted once for all n_tok rows. */
 void kern_matmul_ranges(thread_pool *pool, const kern_mm_out *outs, const int32_t *t0, const int32_t *nt, int n_out,
-                      const float *x, int n_tok, void *scratch);
+                        const float *x, int n_tok, void *scratch);
 void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok, float *y, int64_t ldy, void *scratch);
 
 /* A block of a product: for r < nr, t < nt
@@ -81,7 +81,7 @@ void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok
  * a weight vector is converted once for several tokens, an activation
  * vector once for several rows. */
 typedef void (*kern_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                           int64_t ldy);
+                             int64_t ldy);
 /* The block kernel of weight type t at level isa (a QUANT_ISA_* value), NULL
  * if t has none or the CPU lacks the level (kernels/level.c).  F16 has one at
  * every level: the scalar level's is the reference vec_dot per output (within

@@ -38,6 +38,6 @@ static inline void vprefetch(const char *p) { __builtin_prefetch(p, 0, 3); }
 #include "kernels/matmul_f16.h"
 
 void kern_tile_f16_avx2(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                      int64_t ldy) {
+                        int64_t ldy) {
     tile_f16(n, w, wrow, nr, a, arow, nt, y, ldy);
 }

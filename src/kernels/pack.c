@@ -274,8 +274,14 @@ DEC_REF(dec_q4_K_ref, x8_q4_K_ref, kern_q4_Kx8)
 DEC_REF(dec_q6_K_ref, x8_q6_K_ref, kern_q6_Kx8)
 
 const kern_x8_set kern_x8_scalar = {
-    .fn = {[QUANT_Q4_0] = x8_q4_0_ref, [QUANT_Q8_0] = x8_q8_0_ref, [QUANT_Q4_K] = x8_q4_K_ref, [QUANT_Q6_K] = x8_q6_K_ref},
-    .dec = {[QUANT_Q4_0] = dec_q4_0_ref, [QUANT_Q8_0] = dec_q8_0_ref, [QUANT_Q4_K] = dec_q4_K_ref, [QUANT_Q6_K] = dec_q6_K_ref},
+    .fn = {[QUANT_Q4_0] = x8_q4_0_ref,
+           [QUANT_Q8_0] = x8_q8_0_ref,
+           [QUANT_Q4_K] = x8_q4_K_ref,
+           [QUANT_Q6_K] = x8_q6_K_ref},
+    .dec = {[QUANT_Q4_0] = dec_q4_0_ref,
+            [QUANT_Q8_0] = dec_q8_0_ref,
+            [QUANT_Q4_K] = dec_q4_K_ref,
+            [QUANT_Q6_K] = dec_q6_K_ref},
 };
 
 size_t kern_x8_matrix_size(int t, int64_t ncols, int64_t nrows) {

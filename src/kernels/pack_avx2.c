@@ -49,8 +49,8 @@ static inline __m256i dot8_u16(const __m256i q[8], const int8_t *y) {
  * rolled, each 64-byte line took a compare and a branch besides the
  * prefetch and the add (Q6_K: 108 of 908 instructions per group and block). */
 /* One token (decode): the accumulator stays in a register. */
-static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kern_q4_0x8 *w, const kern_act8 *a, size_t lda,
-                                                            float *acc) {
+static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kern_q4_0x8 *w, const kern_act8 *a,
+                                                            size_t lda, float *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -246,8 +246,8 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * fma per block, as in the scalar twin. */
 /* One token (decode): the accumulator stays in a register and |w| goes
  * straight into maddubs; the same sums in the same order as below. */
-static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kern_q8_0x8 *w, const kern_act8 *a, size_t lda,
-                                                            float *acc) {
+static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kern_q8_0x8 *w, const kern_act8 *a,
+                                                            size_t lda, float *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -423,8 +423,8 @@ static void x8_q4_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * one group a pass: its 24 scale vectors per block already spill. */
 #define DEC_NG_MAX 2
 
-static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kern_q4_0x8 *w, const int NG, const kern_act8 *a,
-                                                             size_t lda, float *y) {
+static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kern_q4_0x8 *w, const int NG,
+                                                             const kern_act8 *a, size_t lda, float *y) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 sum[DEC_NG_MAX];
 #pragma GCC unroll 4
@@ -465,8 +465,8 @@ static inline __attribute__((always_inline)) void q4_0_dec_n(int nb, const kern_
     for (int g = 0; g < NG; g++) _mm256_storeu_ps(y + 8 * g, sum[g]);
 }
 
-static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kern_q8_0x8 *w, const int NG, const kern_act8 *a,
-                                                             size_t lda, float *y) {
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kern_q8_0x8 *w, const int NG,
+                                                             const kern_act8 *a, size_t lda, float *y) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum[DEC_NG_MAX];
 #pragma GCC unroll 4

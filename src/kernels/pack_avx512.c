@@ -85,8 +85,8 @@ static inline void q8_0_unpack(const kern_q8_0x8 *wb, __m512i u[4]) {
 /* One token (decode), in this file's kernels: the accumulator stays in a
  * register through the row group's blocks instead of going through acc
  * per block; the same sums and the same fma per block. */
-static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kern_q4_0x8 *w, const kern_act8 *a, size_t lda,
-                                                            float *acc) {
+static inline __attribute__((always_inline)) void x8_q4_0_1(int nb, const kern_q4_0x8 *w, const kern_act8 *a,
+                                                            size_t lda, float *acc) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -204,8 +204,8 @@ static void x8_q4_0(int nb, const void *vw, const void *va, size_t lda, int n_to
 }
 
 /* One token (decode): the accumulator in a register, as x8_q4_0_1. */
-static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kern_q8_0x8 *w, const kern_act8 *a, size_t lda,
-                                                            float *acc) {
+static inline __attribute__((always_inline)) void x8_q8_0_1(int nb, const kern_q8_0x8 *w, const kern_act8 *a,
+                                                            size_t lda, float *acc) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     __m256 sum = _mm256_loadu_ps(acc);
     for (int b = 0; b < nb; b++) {
@@ -618,7 +618,7 @@ static void x8_q6_K(int nb, const void *vw, const void *va, size_t lda, int n_to
  * groups, BLOCK(wb, tok, sum) adding one packed block of weight type WT
  * into a group's 8 sums; the groups' partial sums wait in y between
  * chunks, so each group's blocks still go in order. */
-#define KERN_DEC_CHUNKED(NAME, WT, AT, TOK, CHUNK, TOK_SET, BLOCK)                             \
+#define KERN_DEC_CHUNKED(NAME, WT, AT, TOK, CHUNK, TOK_SET, BLOCK)                           \
     static void NAME(int ng, int nb, const void *vw, const void *va, size_t lda, float *y) { \
         const WT *w = vw;                                                                    \
         const AT *a = va;                                                                    \
@@ -677,7 +677,8 @@ static inline void act8_tok_set(const kern_act8 *ab, act8_tok *t) {
     t->d = _mm256_set1_ps(ab->d);
 }
 
-static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kern_q4_0x8 *wb, const act8_tok *t, __m256 sum) {
+static inline __attribute__((always_inline)) __m256 q4_0_dec_block(const kern_q4_0x8 *wb, const act8_tok *t,
+                                                                   __m256 sum) {
     __m512i u[4];
     q4_0_unpack(wb, u);
     __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], t->yv[0]);
@@ -698,7 +699,8 @@ KERN_DEC_CHUNKED(dec_q4_0, kern_q4_0x8, kern_act8, act8_tok, ACT8_CHUNK, act8_to
  * zero-point term (-16 s8 in lanes 0..7, zero in 8..15, so fold2 takes it
  * off each row once). */
 #define Q8_DEC_NP 2
-static inline __attribute__((always_inline)) __m512i q8_0_sums(const kern_q8_0x8 *wb, const __m512i yv[4], __m512i init) {
+static inline __attribute__((always_inline)) __m512i q8_0_sums(const kern_q8_0x8 *wb, const __m512i yv[4],
+                                                               __m512i init) {
     __m512i u[4];
     q8_0_unpack(wb, u);
     __m512i s = _mm512_dpbusd_epi32(init, u[0], yv[0]);
@@ -708,8 +710,8 @@ static inline __attribute__((always_inline)) __m512i q8_0_sums(const kern_q8_0x8
 }
 
 /* NP pairs of groups (group g at w + g * nb), one sum vector a pair */
-static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kern_q8_0x8 *w, const int NP, const kern_act8 *a,
-                                                             size_t lda, float *y) {
+static inline __attribute__((always_inline)) void q8_0_dec_n(int nb, const kern_q8_0x8 *w, const int NP,
+                                                             const kern_act8 *a, size_t lda, float *y) {
     const __m512i idx[4] = {pair_idx(0, 1), pair_idx(2, 3), pair_idx(4, 5), pair_idx(6, 7)};
     const __m512i flo = _mm512_loadu_si512(fold_lo_idx), fhi = _mm512_loadu_si512(fold_hi_idx);
     __m512 sum[Q8_DEC_NP];
@@ -788,7 +790,8 @@ static const int8_t q4_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 #undef SC4
 #undef Z
 
-static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kern_q4_Kx8 *wb, const q4_K_tok *t, __m256 sum) {
+static inline __attribute__((always_inline)) __m256 q4_K_dec_block(const kern_q4_Kx8 *wb, const q4_K_tok *t,
+                                                                   __m256 sum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i sc_lo = _mm512_loadu_si512(q4_K_sc_sh), sc_hi = _mm512_loadu_si512(q4_K_sc_sh + 64);
 #pragma GCC unroll 32
@@ -859,7 +862,8 @@ static const int8_t q6_K_sc_sh[128] = {SC16(0), SC16(4), SC16(0), SC16(4), SC16(
 #undef SC4
 #undef Z
 
-static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kern_q6_Kx8 *wb, const q6_K_tok *t, __m256 sum) {
+static inline __attribute__((always_inline)) __m256 q6_K_dec_block(const kern_q6_Kx8 *wb, const q6_K_tok *t,
+                                                                   __m256 sum) {
     const __m512i sc_lo = _mm512_loadu_si512(q6_K_sc_sh), sc_hi = _mm512_loadu_si512(q6_K_sc_sh + 64);
 #pragma GCC unroll 32
     for (size_t o = 0; o < sizeof *wb; o += 64) _mm_prefetch((const char *)(wb + 2) + o, _MM_HINT_T0);

@@ -113,7 +113,7 @@ static inline __m256i q4_K_mins(const uint8_t *mn, const int16_t *bsums) {
 /* A kern_x8_dec_fn NAME over the one-token kernel ONE(nb, const WT *w, const
  * AT *a, lda, float *acc) (accumulating into acc[0 .. 7]), which should be
  * inlined so its constants are set once for all the groups. */
-#define KERN_X8_DEC(NAME, ONE, WT, AT)                                                       \
+#define KERN_X8_DEC(NAME, ONE, WT, AT)                                                     \
     static void NAME(int ng, int nb, const void *w, const void *a, size_t lda, float *y) { \
         for (int g = 0; g < ng; g++, y += 8) {                                             \
             _mm256_storeu_ps(y, _mm256_setzero_ps());                                      \

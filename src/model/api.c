@@ -81,7 +81,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     shape.pos_cells = hp->rope.mrope != 0;
     /* the MTP block's cache: one more attention layer of the same heads */
     const int mtp_ord = p.mtp && model_mtp_blocks(m) > 0 ? shape.n_attn_layer : -1;
-    if (mtp_ord >= 0 && shape.layer_hd) return base_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
+    if (mtp_ord >= 0 && shape.layer_hd)
+        return base_fail(KILN_ERR_UNSUPPORTED, "MTP blocks with per-layer KV head sizes");
     if (mtp_ord >= 0) shape.n_attn_layer++;
     for (int l = 0; l < shape.n_attn_layer; l++) {
         const int hd = shape.layer_hd ? shape.layer_hd[l] : shape.hd;
@@ -97,9 +98,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         return base_fail(KILN_ERR_INVALID_ARG, "context %d exceeds the model's %d", p.n_ctx, hp->n_ctx_train);
     if (p.n_ctx > hp->n_ctx_train)
         base_log(BASE_LOG_WARN,
-               "the context of %d tokens exceeds the %d the model was trained on; output past it may "
-               "degrade",
-               p.n_ctx, hp->n_ctx_train);
+                 "the context of %d tokens exceeds the %d the model was trained on; output past it may "
+                 "degrade",
+                 p.n_ctx, hp->n_ctx_train);
     /* the usable context is the smaller of the model's and what the
      * budget allows for n_seq_max sequences once the recurrent-state pool
      * (allocated whole, whatever the context) is taken out of it */
@@ -111,7 +112,7 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
         const uint64_t act = model_cuda_act_bytes(m, p.n_batch, p.n_seq_max);
         if (backend_cuda_mem(&free_b, &total_b, NULL, 0) || free_b <= act)
             return base_fail(KILN_ERR_NOMEM, "no room for a KV cache in the GPU's %llu MiB free",
-                           (unsigned long long)(free_b >> 20));
+                             (unsigned long long)(free_b >> 20));
         if (!p.mem_limit || free_b - act < budget) budget = free_b - act;
     }
     const int n_snap = !shape.rs_floats || p.n_state_snapshots < 0 ? 0
@@ -142,9 +143,9 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     if ((uint64_t)n_ctx > fit) {
         if (p.n_ctx)
             return base_fail(KILN_ERR_NOMEM,
-                           "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB", n_ctx,
-                           (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20), p.n_seq_max,
-                           (unsigned long long)(budget >> 20));
+                             "context %d needs %llu MiB of KV cache for %d sequence(s); the budget is %llu MiB", n_ctx,
+                             (unsigned long long)(per_tok * (uint64_t)n_ctx * (uint64_t)p.n_seq_max >> 20), p.n_seq_max,
+                             (unsigned long long)(budget >> 20));
         n_ctx = (int32_t)fit;
         base_log(BASE_LOG_INFO, "context capped at %d tokens by the KV memory budget", n_ctx);
     }
@@ -163,7 +164,8 @@ kiln_status kiln_context_new(kiln_model *m, const kiln_context_params *params, k
     c->pool = thread_pool_new(p.n_threads);
     kiln_status st = c->pool ? KILN_OK : base_fail(KILN_ERR_NOMEM, "cannot start threads");
     if (!st) st = model_kv_init_split(&c->kv, m->be, m->be_lo, n_lo, &shape, p.kv_type, p.n_seq_max, n_ctx, n_snap);
-    if (!st && shape.rs_floats) st = model_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
+    if (!st && shape.rs_floats)
+        st = model_rs_new(m->be, shape.rs_floats, shape.roll_floats, p.n_seq_max, n_snap, &c->rs);
     if (!st && c->rs && m->be_lo && model_rs_mirror(c->rs, m->be_lo)) st = base_fail(KILN_ERR_NOMEM, "out of memory");
     if (st) {
         kiln_context_free(c);
@@ -457,7 +459,7 @@ int model_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos) {
 }
 
 kiln_status model_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
-                        const uint8_t *chain) {
+                           const uint8_t *chain) {
     if (c->mtp_ord < 0) return model_fail(c, KILN_ERR_STATE, "the context keeps no MTP cache");
     if (n <= 0) return KILN_OK;
     if (n > c->p.n_seq_max || n > c->p.n_batch)
@@ -467,7 +469,7 @@ kiln_status model_mtp_step(kiln_context *c, int n, const int32_t *seq, const int
         if (s < 0 || s >= c->kv.n_seq || pos[r] < c->kv.seqs[s].len || pos[r] >= c->p.n_ctx || tok[r] < 0 ||
             tok[r] >= c->m->hp.n_vocab || (!chain[r] && !model_mtp_ready(c, s, pos[r])))
             return model_fail(c, KILN_ERR_INVALID_ARG, "MTP step row %d: sequence %d, cell %d, token %d", r, s, pos[r],
-                           tok[r]);
+                              tok[r]);
         for (int q = 0; q < r; q++)
             if (seq[q] == s) return model_fail(c, KILN_ERR_INVALID_ARG, "MTP step: sequence %d twice", s);
         if (model_kv_reserve(&c->kv, s, pos[r] + 1))

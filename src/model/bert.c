@@ -29,10 +29,10 @@
 #include <string.h>
 
 typedef struct model_bert_layer {
-    kern_mat wq, wk, wv, wo;              /* n_embd -> n_embd */
+    kern_mat wq, wk, wv, wo;            /* n_embd -> n_embd */
     const float *bq, *bk, *bv, *bo;     /* [n_embd] */
     const float *ln_attn_w, *ln_attn_b; /* attn_output_norm [n_embd] */
-    kern_mat w_up, w_down;                /* n_embd -> n_ff -> n_embd */
+    kern_mat w_up, w_down;              /* n_embd -> n_ff -> n_embd */
     const float *b_up, *b_down;         /* [n_ff], [n_embd] */
     const float *ln_out_w, *ln_out_b;   /* layer_output_norm [n_embd] */
 } model_bert_layer;
@@ -59,8 +59,8 @@ static kiln_status bert_bind(kiln_model *m) {
     model_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
         return base_fail(KILN_ERR_FORMAT,
-                       "bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
-                       hp->n_head_kv, hp->n_head, hp->hd_k);
+                         "bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
+                         hp->n_head_kv, hp->n_head, hp->hd_k);
     }
     if (hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     struct model_bert *b = calloc(1, sizeof *b);
@@ -111,7 +111,7 @@ static kiln_status bert_bind(kiln_model *m) {
         const gguf_kv *labels = model_meta_kv(m, "classifier.output_labels");
         if (!B.st && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
             model_bind_fail(&B, "bert.classifier.output_labels has %lld entries but cls.output.weight %d rows",
-                         labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
+                            labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
     if (B.st) return B.st;
     if (hp->n_vocab <= 0 || b->n_pos <= 0) { return base_fail(KILN_ERR_FORMAT, "bert embedding tables are empty"); }

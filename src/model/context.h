@@ -20,8 +20,6 @@ enum { MODEL_MPOS = 6 };
  * (MODEL_CUDA_HEADROOM included): what the load and kiln_context_new keep
  * free besides the weights and the KV cache. */
 uint64_t model_cuda_act_bytes(const kiln_model *m, int n_batch, int n_seq);
-/* Attention layers below layer l (model_family.attn_below). */
-int model_attn_below(const kiln_model *m, int l);
 
 struct kiln_context {
     kiln_model *m;

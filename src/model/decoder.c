@@ -30,12 +30,13 @@ static kiln_status batch_mpos(kiln_context *c, int i, int s, int32_t p, int k) {
         mp[5] = -1;
     } else {
         if (r[0] > lim || r[1] < 0 || r[1] > lim || r[2] < 0 || r[2] > lim || r[3] < 0 || r[3] > lim)
-            return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position (%d, %d, %d, %d) out of range", i, r[0],
-                           r[1], r[2], r[3]);
+            return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position (%d, %d, %d, %d) out of range", i,
+                              r[0], r[1], r[2], r[3]);
         const int first = !r[0] && !r[1] && !r[2] && !r[3];
         if (!first && pbase < 0)
             return model_fail(c, KILN_ERR_INVALID_ARG,
-                           "token %d: an image's M-RoPE row without the image's first token (0, 0, 0, 0) before it", i);
+                              "token %d: an image's M-RoPE row without the image's first token (0, 0, 0, 0) before it",
+                              i);
         const int32_t base = first ? next : pbase;
         if (base > (1 << 30)) return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: M-RoPE position overflow", i);
         mp[0] = base + r[0];
@@ -62,22 +63,22 @@ kiln_status model_batch_begin(kiln_context *c, const kiln_batch *b, int *n_out) 
         int s = b->seq ? b->seq[i] : 0;
         if (s < 0 || s >= c->kv.n_seq)
             return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: sequence %d out of range (0..%d)", i, s,
-                           c->kv.n_seq - 1);
+                              c->kv.n_seq - 1);
         if (b->token[i] < 0 && !c->b_embd)
             return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: image token (id %d) without its embedding row", i,
-                           b->token[i]);
+                              b->token[i]);
         if (b->token[i] < 0 && !c->m->arch->family->image_input)
             return model_fail(c, KILN_ERR_UNSUPPORTED, "token %d: %s takes no image embeddings", i, c->m->arch_name);
         if (b->token[i] >= hp->n_vocab)
             return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: id %d out of range (vocab %d)", i, b->token[i],
-                           hp->n_vocab);
+                              hp->n_vocab);
         int32_t p = c->kv.seqs[s].len + add[s];
         if (b->pos && b->pos[i] != p)
             return model_fail(c, KILN_ERR_INVALID_ARG, "token %d: position %d, but sequence %d continues at %d", i,
-                           b->pos[i], s, p);
+                              b->pos[i], s, p);
         if (p >= c->p.n_ctx)
             return model_fail(c, KILN_ERR_CONTEXT_FULL, "sequence %d would hold %d tokens; the context is %d", s, p + 1,
-                           c->p.n_ctx);
+                              c->p.n_ctx);
         c->b_seq[i] = s;
         c->b_pos[i] = p;
         c->b_see[i] = p;
@@ -155,15 +156,16 @@ void model_attn_prepare(kiln_context *c, int n) {
     c->n_tile = 0;
     for (int i = 0; i < n; i++) {
         const int t = c->n_tile;
-        const int join = i > 0 && c->b_seq[i] == c->b_seq[i - 1] && c->b_pos[i] == c->b_pos[i - 1] + 1 &&
-                         c->b_see[i] == c->b_pos[i] && c->b_see[i - 1] == c->b_pos[i - 1] &&
-                         i - c->b_tile[t - 1] < MODEL_ATTN_TILE &&
-                         (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && backend_attn_acc_f32(c->b_pos[i - 1])));
+        const int join =
+            i > 0 && c->b_seq[i] == c->b_seq[i - 1] && c->b_pos[i] == c->b_pos[i - 1] + 1 &&
+            c->b_see[i] == c->b_pos[i] && c->b_see[i - 1] == c->b_pos[i - 1] &&
+            i - c->b_tile[t - 1] < MODEL_ATTN_TILE &&
+            (kv->type == KILN_KV_Q8_0 || (kv->type == KILN_KV_F16 && backend_attn_acc_f32(c->b_pos[i - 1])));
         if (!join) c->b_tile[c->n_tile++] = i;
     }
     c->b_tile[c->n_tile] = n;
     const backend_step st = {n,          c->b_seq,  c->b_pos,  c->rope_cs,
-                         rope.n_rot, c->b_tile, c->n_tile, c->b_bidi ? c->b_see : NULL};
+                             rope.n_rot, c->b_tile, c->n_tile, c->b_bidi ? c->b_see : NULL};
     c->bx.ops->step(&c->bx, &st);
     if (c->bx_lo.be) c->bx_lo.ops->step(&c->bx_lo, &st);
 }

@@ -70,30 +70,30 @@ static const model_arch k_archs[] = {
 };
 
 typedef struct ds_layer {
-    const float *attn_norm;      /* [n_embd] */
+    const float *attn_norm;        /* [n_embd] */
     kern_mat wq_a, wq_b, wq;       /* n_embd -> Q -> H*(Dn+Dr), or n_embd -> H*(Dn+Dr) */
-    const float *q_a_norm;       /* [Q] */
+    const float *q_a_norm;         /* [Q] */
     kern_mat wkv_a;                /* n_embd -> R + Dr */
-    const float *kv_a_norm;      /* [R] */
+    const float *kv_a_norm;        /* [R] */
     kern_mat *wk_b, *wv_b;         /* [H] views: Dn -> R, R -> Dv */
     kern_mat wo;                   /* H*Dv -> n_embd */
-    const float *ffn_norm;       /* [n_embd] */
+    const float *ffn_norm;         /* [n_embd] */
     kern_mat w_gate, w_up, w_down; /* dense layers: n_embd -> n_ff -> n_embd */
-    model_moe_layer ex;             /* the other layers */
+    model_moe_layer ex;            /* the other layers */
 } ds_layer;
 
 typedef struct ds_model {
     ds_layer *layers;
     model_moe_hp moe;
-    kern_mat *experts;  /* [n_layer][3][n_expert] views of the expert tensors */
-    kern_mat *heads;    /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
-    int n_layer;      /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
-    int n_dense;      /* leading layers with a dense FFN */
-    int q_rank, r;    /* q_lora_rank (0: plain attn_q), kv_lora_rank */
-    int dn, dr, dv;   /* per head: no-rope and rope query parts, value width */
-    int legacy;       /* one attn_kv_b per layer: Wk_b transposed into kb_mem, Wv_b row views */
-    uint16_t *kb_mem; /* legacy: [n_layer][H][R][Dn] F16 */
-    float kq_scale;   /* the attention's score scale */
+    kern_mat *experts; /* [n_layer][3][n_expert] views of the expert tensors */
+    kern_mat *heads;   /* [n_layer][2][n_head] views of attn_k_b, attn_v_b */
+    int n_layer;       /* the layers that run: block_count less the MTP (nextn) blocks, which are not */
+    int n_dense;       /* leading layers with a dense FFN */
+    int q_rank, r;     /* q_lora_rank (0: plain attn_q), kv_lora_rank */
+    int dn, dr, dv;    /* per head: no-rope and rope query parts, value width */
+    int legacy;        /* one attn_kv_b per layer: Wk_b transposed into kb_mem, Wv_b row views */
+    uint16_t *kb_mem;  /* legacy: [n_layer][H][R][Dn] F16 */
+    float kq_scale;    /* the attention's score scale */
 } ds_model;
 
 /* ---------------------------------------------------------------- binding */
@@ -169,7 +169,7 @@ static kiln_status ds_bind(kiln_model *m) {
         const int64_t n_shared = model_meta_int(m, "expert_shared_count", 0);
         if (!d->moe.n_expert || n_shared < 0 || n_shared > 64) {
             return base_fail(KILN_ERR_FORMAT, "bad expert_count %d / expert_shared_count %lld", d->moe.n_expert,
-                           (long long)n_shared);
+                             (long long)n_shared);
         }
         d->moe.F_sh = (int)(d->moe.F_exp * n_shared);
         d->moe.w_norm = model_meta_int(m, "expert_weights_norm", 0) != 0;
@@ -466,8 +466,8 @@ static void ds_heads(kiln_context *c, const kern_mat *ws, const float *x, int n,
         w->nt[h] = n;
     }
     for (int a = 0; a < H; a += KERN_MM_MAX_OUTS)
-        kern_matmul_ranges(c->pool, w->outs + a, w->t0 + a, w->nt + a, H - a < KERN_MM_MAX_OUTS ? H - a : KERN_MM_MAX_OUTS, x,
-                         H * n, c->mm_scratch);
+        kern_matmul_ranges(c->pool, w->outs + a, w->t0 + a, w->nt + a,
+                           H - a < KERN_MM_MAX_OUTS ? H - a : KERN_MM_MAX_OUTS, x, H * n, c->mm_scratch);
 }
 
 static kiln_status ds_forward(kiln_context *c, const kiln_batch *b, int n_out) {

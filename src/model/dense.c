@@ -64,23 +64,24 @@ static const model_arch k_archs[] = {
     {"mistral3", &model_family_dense, 0, DENSE_ATTN_TEMP}, /* Mistral Small 3.x, Ministral 3 (text) */
     {"qwen2vl", &model_family_dense, 0, DENSE_NEOX | DENSE_QKV_BIAS | DENSE_MROPE}, /* Qwen2-VL, Qwen2.5-VL */
     {"qwen3vl", &model_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_IMROPE}, /* Qwen3-VL */
-    {"qwen3vlmoe", &model_family_dense, 0, DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE | DENSE_IMROPE}, /* Qwen3-VL-30B-A3B */
+    {"qwen3vlmoe", &model_family_dense, 0,
+     DENSE_NEOX | DENSE_QK_NORM | DENSE_MOE | DENSE_IMROPE}, /* Qwen3-VL-30B-A3B */
 };
 
 typedef struct dense_layer {
-    const float *attn_norm;       /* [n_embd] */
-    kern_mat wq, wk, wv, wo;        /* q: n_embd -> n_head*hd_k ... */
-    const float *bq, *bk, *bv;    /* optional biases */
-    const float *q_norm, *k_norm; /* [hd_k] (qk_norm archs) */
-    const float *ffn_norm;        /* [n_embd] */
-    kern_mat w_gate, w_up, w_down;  /* n_embd -> n_ff -> n_embd */
-    model_moe_layer ex;              /* DENSE_MOE */
+    const float *attn_norm;        /* [n_embd] */
+    kern_mat wq, wk, wv, wo;       /* q: n_embd -> n_head*hd_k ... */
+    const float *bq, *bk, *bv;     /* optional biases */
+    const float *q_norm, *k_norm;  /* [hd_k] (qk_norm archs) */
+    const float *ffn_norm;         /* [n_embd] */
+    kern_mat w_gate, w_up, w_down; /* n_embd -> n_ff -> n_embd */
+    model_moe_layer ex;            /* DENSE_MOE */
 } dense_layer;
 
 typedef struct dense_model {
     dense_layer *layers;
-    model_moe_hp moe;         /* n_expert 0: dense FFNs */
-    kern_mat *experts;       /* [n_layer][3][n_expert] views of the expert tensors */
+    model_moe_hp moe;      /* n_expert 0: dense FFNs */
+    kern_mat *experts;     /* [n_layer][3][n_expert] views of the expert tensors */
     float attn_temp;       /* query temperature scale; 0: none */
     float attn_temp_floor; /* positions per temperature step (n_ctx_orig) */
 } dense_model;
@@ -97,7 +98,9 @@ static kern_mat dense_rows(kern_mat w, int64_t r0, int64_t n) {
 static kiln_status dense_bind(kiln_model *m) {
     model_hparams *hp = &m->hp;
     const int moe = (m->arch->flags & DENSE_MOE) != 0;
-    if (!moe && hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
+    if (!moe && hp->n_ff <= 0) {
+        return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff);
+    }
     hp->rope.neox = (m->arch->flags & DENSE_NEOX) != 0;
     if (m->arch->flags & (DENSE_MROPE | DENSE_IMROPE)) {
         const kiln_status st = model_rope_sections(m, (m->arch->flags & DENSE_IMROPE) ? KERN_IMROPE : KERN_MROPE);
@@ -127,7 +130,8 @@ static kiln_status dense_bind(kiln_model *m) {
         d->attn_temp = (float)model_meta_float(m, "attention.temperature_scale", 0.0);
         d->attn_temp_floor = (float)hp->rope.n_ctx_orig;
         if (d->attn_temp != 0.0f && !(d->attn_temp_floor > 0.0f)) {
-            return base_fail(KILN_ERR_FORMAT, "attention.temperature_scale without rope.scaling.original_context_length");
+            return base_fail(KILN_ERR_FORMAT,
+                             "attention.temperature_scale without rope.scaling.original_context_length");
         }
     }
     model_binder B = {m, KILN_OK};
@@ -233,7 +237,7 @@ static void dense_seq_shape(const kiln_model *m, model_seq_shape *s) {
 
 typedef struct dense_ws {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *y;
-    int32_t *ids; /* [n_batch] the batch's ids, image tokens as 0 (their rows come from c->b_embd) */
+    int32_t *ids;    /* [n_batch] the batch's ids, image tokens as 0 (their rows come from c->b_embd) */
     model_moe_ws ex; /* DENSE_MOE */
 } dense_ws;
 

@@ -142,7 +142,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
     e->pooling = (int)gguf_get_int(m->gf, key, def);
     if (e->pooling < KILN_POOLING_MEAN || e->pooling > KILN_POOLING_LAST)
         return base_fail(KILN_ERR_UNSUPPORTED, "%s = %d: kiln embeds with mean (1), CLS (2) or last-token (3) pooling",
-                       key, e->pooling);
+                         key, e->pooling);
     if (load_prefixes(e) || fingerprint(e)) return base_fail(KILN_ERR_NOMEM, "out of memory");
     e->acc = malloc((size_t)m->hp.n_embd * sizeof *e->acc);
     e->pooled = malloc((size_t)MODEL_ENC_MAX_SEQ * (size_t)m->hp.n_embd * sizeof *e->pooled);
@@ -151,7 +151,7 @@ static kiln_status setup(kiln_embedder *e, const kiln_embedder_params *params) {
         e->max_tokens = p.max_tokens ? p.max_tokens : m->hp.n_ctx_train;
         if (e->max_tokens > m->hp.n_ctx_train)
             return base_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", e->max_tokens,
-                           m->hp.n_ctx_train);
+                             m->hp.n_ctx_train);
         /* n_batch bounds what several inputs share one run with; an input
          * longer than that runs alone, so the workspace holds the longer */
         e->n_batch = p.n_batch;

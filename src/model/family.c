@@ -15,9 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const model_family *const k_families[] = {&model_family_dense,      &model_family_hybrid,      &model_family_bert,
-                                              &model_family_modernbert, &model_family_gemma_embed, &model_family_gemma,
-                                              &model_family_deepseek2,  &model_family_gptoss,      &model_family_nemotron};
+static const model_family *const k_families[] = {
+    &model_family_dense,      &model_family_hybrid,      &model_family_bert,
+    &model_family_modernbert, &model_family_gemma_embed, &model_family_gemma,
+    &model_family_deepseek2,  &model_family_gptoss,      &model_family_nemotron};
 #define N_FAMILIES (sizeof k_families / sizeof k_families[0])
 
 const model_arch *model_arch_find(const char *name) {
@@ -107,7 +108,8 @@ kern_mat model_bind_mat(model_binder *B, const char *name, int64_t ncols, int64_
     return w;
 }
 
-int model_bind_mats3(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out, int optional) {
+int model_bind_mats3(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out,
+                     int optional) {
     const int64_t ne[3] = {ncols, nrows, n_mat};
     const gguf_tensor *t = model_bind_tensor(B, name, 3, ne, optional);
     if (!t) return 0;
@@ -178,15 +180,19 @@ kiln_status model_rope_sections(kiln_model *m, int kind) {
                                                     : model_meta_int(m, "rope.dimension_sections", 0);
         if (v < 0 || v > 4096) {
             return base_fail(KILN_ERR_FORMAT, "bad rope.dimension_sections[%llu] %lld", (unsigned long long)i,
-                           (long long)v);
+                             (long long)v);
         }
         r->sections[i] = (int)v;
         sum += v;
     }
     if (sum <= 0 || sum * 2 > r->n_rot) {
         return base_fail(KILN_ERR_FORMAT, "rope.dimension_sections cover %lld dims; rope.dimension_count is %d",
-                       (long long)(sum * 2), r->n_rot);
+                         (long long)(sum * 2), r->n_rot);
     }
     r->mrope = kind;
     return KILN_OK;
+}
+
+int model_attn_below(const kiln_model *m, int l) {
+    return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
 }

@@ -95,17 +95,17 @@ struct kiln_model {
     kern_mat tok_embd; /* [n_vocab rows of n_embd] */
     const float *out_norm;
     kern_mat output; /* = tok_embd when tied */
-    void *fam;     /* the family's weights and hyperparameters */
+    void *fam;       /* the family's weights and hyperparameters */
     tokenizer *tok;
     char arch_name[64];
     char name[256];
     char ftype[16];
     char *chat_template;
     uint64_t n_params, n_bytes;
-    uint64_t active_bytes; /* tensor bytes one token's decode reads (the family
+    uint64_t active_bytes;     /* tensor bytes one token's decode reads (the family
                                may lower it from n_bytes: only used experts) */
     const backend_backend *be; /* the device it runs on */
-    void *packed_mem;      /* the weights the backend prepared (backend_backend.prepare) */
+    void *packed_mem;          /* the weights the backend prepared (backend_backend.prepare) */
     size_t packed_bytes;
     /* A model split between the GPU and the CPU (kiln_model_params.gpu_layers
      * below all): layers gpu_l0 and up run on be, the layers below it, the
@@ -198,6 +198,8 @@ extern const model_family model_family_modernbert;
 extern const model_family model_family_gemma_embed;
 extern const model_family model_family_gemma;
 extern const model_family model_family_deepseek2;
+/* Attention layers below layer l (model_family.attn_below). */
+int model_attn_below(const kiln_model *m, int l);
 
 /* ---- binding (family.c) ----
  * A binder finds tensors by name with exact shapes (ne[0] first) and a
@@ -217,7 +219,8 @@ const float *model_bind_vec(model_binder *B, const char *name, int64_t n, int op
 kern_mat model_bind_mat(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int optional);
 /* A 3-D [ncols, nrows, n_mat] tensor as n_mat matrices (out[n_mat]);
  * returns 1 when bound, 0 when absent (optional) or failed. */
-int model_bind_mats3(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out, int optional);
+int model_bind_mats3(model_binder *B, const char *name, int64_t ncols, int64_t nrows, int n_mat, kern_mat *out,
+                     int optional);
 /* Fails the binder with KILN_ERR_FORMAT and the message (unless it failed
  * before). */
 void model_bind_fail(model_binder *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

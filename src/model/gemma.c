@@ -63,8 +63,8 @@ typedef struct gm_layer {
     kern_mat w_gate, w_up, w_down;
     int local; /* sliding window */
     int hd, n_head_kv, n_ff;
-    int ord;                 /* the attention-layer ordinal of the cache it reads */
-    int has_kv;              /* computes and stores its K and V */
+    int ord;                   /* the attention-layer ordinal of the cache it reads */
+    int has_kv;                /* computes and stores its K and V */
     kern_mat pl_gate, pl_proj; /* per-layer input: n_embd -> Dp -> n_embd */
     const float *pl_post_norm;
     const float *out_scale; /* [1] or NULL */
@@ -93,7 +93,7 @@ kiln_status model_gemma_swa_layers(const kiln_model *m, uint8_t *local, int def_
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
             return base_fail(KILN_ERR_FORMAT, "%s: sliding_window_pattern has %llu entries for %d layers", m->arch_name,
-                           (unsigned long long)kv->n, n);
+                             (unsigned long long)kv->n, n);
         }
         for (int l = 0; l < n; l++) local[l] = gguf_arr_int(kv, (uint64_t)l) != 0;
         return 0;
@@ -187,7 +187,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
     kiln_status rc = KILN_OK;
     if (hd_swa <= 0 || hd_swa > 1024 || hdv_swa != hd_swa || rot_swa <= 0 || rot_swa > hd_swa || rot_swa % 2) {
         rc = base_fail(KILN_ERR_FORMAT, "%s: bad sliding head size %d / %d, rotary %d", m->arch_name, hd_swa, hdv_swa,
-                     rot_swa);
+                       rot_swa);
     }
     if (!rc && (shared < 0 || (shared > 0 && shared > L - 2))) {
         rc = base_fail(KILN_ERR_FORMAT, "%s: bad attention.shared_kv_layers %lld", m->arch_name, (long long)shared);
@@ -201,7 +201,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
         const int64_t ff = layer_int(m, "feed_forward_length", l, 0);
         if (hkv <= 0 || hkv > hp->n_head || hp->n_head % hkv || ff <= 0 || ff > (1 << 20)) {
             rc = base_fail(KILN_ERR_FORMAT, "%s: layer %d: bad head_count_kv %lld or feed_forward_length %lld",
-                         m->arch_name, l, (long long)hkv, (long long)ff);
+                           m->arch_name, l, (long long)hkv, (long long)ff);
             break;
         }
         y->n_head_kv = (int)hkv;
@@ -212,7 +212,7 @@ static kiln_status gm_shapes(kiln_model *m, gm_model *d) {
             const gm_layer *src = y->ord >= 0 ? &d->layers[y->ord] : NULL;
             if (!src || src->local != y->local || src->hd != y->hd || src->n_head_kv != y->n_head_kv) {
                 rc = base_fail(KILN_ERR_FORMAT, "%s: layer %d shares the cache of layer %d, which differs from it",
-                             m->arch_name, l, y->ord);
+                               m->arch_name, l, y->ord);
                 break;
             }
         }
@@ -247,7 +247,9 @@ static kiln_status gm_bind(kiln_model *m) {
     kiln_status st = gm_shapes(m, d);
     if (st) return st;
     d->softcap = (float)model_meta_float(m, "final_logit_softcapping", 0.0);
-    if (!isfinite(d->softcap) || d->softcap < 0.0f) { return base_fail(KILN_ERR_FORMAT, "bad final_logit_softcapping"); }
+    if (!isfinite(d->softcap) || d->softcap < 0.0f) {
+        return base_fail(KILN_ERR_FORMAT, "bad final_logit_softcapping");
+    }
     if (d->gemma4)
         d->q_scale = 1.0f;
     else
@@ -504,7 +506,8 @@ static kiln_status gm_forward(kiln_context *c, const kiln_batch *b, int n_out) {
     const int n = b->n, E = hp->n_embd;
     const kern_ops *ops = kern_ops_best();
 
-    if (d->dp > 0 && c->b_embd) return model_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
+    if (d->dp > 0 && c->b_embd)
+        return model_fail(c, KILN_ERR_UNSUPPORTED, "%s takes no image embeddings", m->arch_name);
     model_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kern_rope_table(&d->rope_local, c->b_pos[i], w->cs + (size_t)i * d->rope_local.n_rot);
     const float es = sqrtf((float)E);

@@ -71,7 +71,7 @@ static kiln_status ge_bind(kiln_model *m) {
     const int64_t n_swa = model_meta_int(m, "attention.sliding_window", -1);
     if (n_swa <= 0 || n_swa > (1 << 24)) {
         return base_fail(KILN_ERR_FORMAT, "gemma-embedding: missing or bad attention.sliding_window (%lld)",
-                       (long long)n_swa);
+                         (long long)n_swa);
     }
     d->window = (int)(n_swa / 2);
     kiln_status st = ge_pattern(m, d);
@@ -117,9 +117,10 @@ static kiln_status ge_bind(kiln_model *m) {
         const int64_t gi = model_meta_int(m, "dense_3_feat_in", d->d2), go = model_meta_int(m, "dense_3_feat_out", E);
         if (fi != E || fo != d->d2 || gi != d->d2 || go != E)
             model_bind_fail(&B,
-                         "dense_2/dense_3 features (%lld -> %lld, %lld -> %lld) disagree with the tensors "
-                         "(%lld -> %d -> %lld)",
-                         (long long)fi, (long long)fo, (long long)gi, (long long)go, (long long)E, d->d2, (long long)E);
+                            "dense_2/dense_3 features (%lld -> %lld, %lld -> %lld) disagree with the tensors "
+                            "(%lld -> %d -> %lld)",
+                            (long long)fi, (long long)fo, (long long)gi, (long long)go, (long long)E, d->d2,
+                            (long long)E);
     }
     return B.st;
 }
@@ -278,7 +279,8 @@ static void ge_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kern_get_row(&m->tok_embd, tokens[r], x);
         for (int i = 0; i < E; i++) x[i] *= scale;
     }
-    model_enc_attn at = {&bt, w->q, w->k, w->v, nq, nkv, w->att, nq, hp->n_head, hp->n_head_kv, hd, -1, 1.0f, w->scratch};
+    model_enc_attn at = {&bt, w->q,       w->k,          w->v, nq, nkv,  w->att,
+                         nq,  hp->n_head, hp->n_head_kv, hd,   -1, 1.0f, w->scratch};
     for (int l = 0; l < hp->n_layer; l++) {
         const ge_layer *L = &d->layers[l];
         j.L = L;

@@ -37,7 +37,7 @@ static const model_arch k_archs[] = {
 
 typedef struct gptoss_layer {
     const float *attn_norm;    /* [n_embd] */
-    kern_mat wq, wk, wv, wo;     /* q: n_embd -> n_head*hd, k/v: n_embd -> n_head_kv*hd, o: n_head*hd -> n_embd */
+    kern_mat wq, wk, wv, wo;   /* q: n_embd -> n_head*hd, k/v: n_embd -> n_head_kv*hd, o: n_head*hd -> n_embd */
     const float *bq, *bk, *bv; /* [n_head*hd], [n_head_kv*hd] x2 */
     const float *bo;           /* [n_embd] */
     const float *ffn_norm;     /* [n_embd]: post_attention_norm, in front of the MoE */
@@ -63,7 +63,7 @@ static kiln_status gptoss_bind(kiln_model *m) {
     /* the head is rope.dimension_count wide, all of it rotated */
     if (hp->rope.n_rot != hp->hd_k) {
         return base_fail(KILN_ERR_FORMAT, "rope.dimension_count %d differs from the head size %d", hp->rope.n_rot,
-                       hp->hd_k);
+                         hp->hd_k);
     }
     hp->rope.neox = 1;
     kiln_status st = model_moe_read_hparams(m, &d->moe);
@@ -76,7 +76,7 @@ static kiln_status gptoss_bind(kiln_model *m) {
     const int64_t period = model_meta_int(m, "attention.sliding_window_pattern", 2);
     if (n_swa < 0 || n_swa > (1 << 30) || period < 0 || period > 1024) {
         return base_fail(KILN_ERR_FORMAT, "bad attention.sliding_window %lld / sliding_window_pattern %lld",
-                       (long long)n_swa, (long long)period);
+                         (long long)n_swa, (long long)period);
     }
     d->n_swa = (int)n_swa;
     d->layers = calloc((size_t)hp->n_layer, sizeof *d->layers);

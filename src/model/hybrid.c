@@ -59,7 +59,7 @@ typedef struct hyb_layer {
     int ord;                            /* ordinal among the layers of its kind */
     const float *attn_norm, *post_norm; /* [n_embd] */
     /* full attention */
-    kern_mat wq, wk, wv, wo;        /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
+    kern_mat wq, wk, wv, wo;      /* wq: n_embd -> n_head * 2 hd, per head [query | gate] */
     const float *q_norm, *k_norm; /* [hd] */
     /* Gated DeltaNet */
     kern_mat wqkv, wz, wbeta, walpha, wba, wout;
@@ -69,7 +69,7 @@ typedef struct hyb_layer {
     /* FFN */
     int moe;
     kern_mat w_gate, w_up, w_down; /* dense */
-    model_moe_layer ex;             /* experts (moe) */
+    model_moe_layer ex;            /* experts (moe) */
 } hyb_layer;
 
 /* A multi-token-prediction block (nextn, model/mtp.h): every forward
@@ -78,12 +78,12 @@ typedef struct hyb_layer {
  * token embedding, output norm and output head where the file carries no
  * own (as llama.cpp reads Qwen 3.5 checkpoints). */
 typedef struct hyb_mtp {
-    int complete;   /* 1: every tensor the block needs is there */
+    int complete;     /* 1: every tensor the block needs is there */
     kern_mat eh_proj; /* 2 n_embd -> n_embd, input [enorm'd embedding | hnorm'd hidden] */
     const float *enorm, *hnorm;
     kern_mat embed_tokens, head; /* own; data NULL: the model's (mtp_embd, mtp_head) */
-    const float *head_norm;    /* own; NULL: the output norm */
-    hyb_layer block;           /* full attention (cache ordinal n_attn) + FFN */
+    const float *head_norm;      /* own; NULL: the output norm */
+    hyb_layer block;             /* full attention (cache ordinal n_attn) + FFN */
 } hyb_mtp;
 
 typedef struct hyb_model {
@@ -97,7 +97,7 @@ typedef struct hyb_model {
     model_moe_hp moe;
     int has_moe, has_dense;
     kern_mat *experts; /* all views (one allocation) */
-    float *conv_mem; /* all transposed conv weights */
+    float *conv_mem;   /* all transposed conv weights */
 } hyb_model;
 
 /* ---------------------------------------------------------------- binding */
@@ -151,8 +151,9 @@ static void bind_recurrent(model_binder *B, kiln_model *m, hyb_model *h, int i, 
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", i, s), n)
     if (gguf_find_tensor(m->gf, NAME("ssm_in.weight")) && !gguf_find_tensor(m->gf, NAME("attn_qkv.weight"))) {
-        model_bind_fail(B, "layer %d: a fused ssm_in (an older %s conversion) is not supported; convert the model again",
-                     i, m->arch_name);
+        model_bind_fail(B,
+                        "layer %d: a fused ssm_in (an older %s conversion) is not supported; convert the model again",
+                        i, m->arch_name);
         return;
     }
     l->wqkv = model_bind_mat(B, NAME("attn_qkv.weight"), E, h->conv_dim, 0);
@@ -165,7 +166,8 @@ static void bind_recurrent(model_binder *B, kiln_model *m, hyb_model *h, int i, 
     }
     const int64_t cne[2] = {h->K, h->conv_dim};
     const gguf_tensor *ct = model_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
-    if (ct && ct->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
+    if (ct && ct->type != QUANT_F32)
+        model_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
     l->dt_bias = model_bind_vec(B, NAME("ssm_dt.bias"), h->Hv, 0);
     l->ssm_a = model_bind_vec(B, NAME("ssm_a"), h->Hv, 0);
     l->ssm_norm = model_bind_vec(B, NAME("ssm_norm.weight"), h->Dv, 0);
@@ -317,7 +319,7 @@ static void hyb_free(kiln_model *m) {
 static void layer_weights(const kiln_model *m, const hyb_model *h, hyb_layer *l, model_weights *w) {
     const model_hparams *hp = &m->hp;
     kern_mat *ms[] = {&l->wq,     &l->wk,  &l->wv,   &l->wo,     &l->wqkv, &l->wz,    &l->wbeta,
-                    &l->walpha, &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down};
+                      &l->walpha, &l->wba, &l->wout, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) model_weights_mat(w, ms[k]);
     if (l->moe) model_moe_weights(m, &h->moe, &l->ex, w);
     model_weights_vec(w, &l->attn_norm, hp->n_embd);
@@ -543,9 +545,9 @@ static void recurrent_layer(hyb_job *j) {
         X->ops->matmul_multi(X, o, 3, w->xn, n);
     } else {
         kern_mm_out o[4] = {{&L->wqkv, w->qkv, h->conv_dim},
-                          {&L->wz, w->z, vd},
-                          {&L->wbeta, w->ba, Hv2},
-                          {&L->walpha, w->ba + h->Hv, Hv2}};
+                            {&L->wz, w->z, vd},
+                            {&L->wbeta, w->ba, Hv2},
+                            {&L->walpha, w->ba + h->Hv, Hv2}};
         X->ops->matmul_multi(X, o, 4, w->xn, n);
     }
     const backend_gdn g = gdn_args(c, L);
@@ -785,7 +787,7 @@ static kiln_status hyb_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         model_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
         if (!all)
             w->cap_n[r] = model_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * HYB_MAX_CAP,
-                                     w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
+                                        w->cap_dst + (size_t)r * HYB_MAX_CAP, HYB_MAX_CAP);
     }
     if (h->n_attn || c->mtp_ord >= 0) model_attn_prepare(c, n);
     if (c->b_embd && !m->be->host_mem)

@@ -37,13 +37,13 @@ uint64_t model_kv_bytes_range(const model_seq_shape *shape, int type, int l0, in
     return n;
 }
 
-kiln_status model_kv_init(model_kv *kv, const backend_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
-                       int n_extra) {
+kiln_status model_kv_init(model_kv *kv, const backend_backend *be, const model_seq_shape *shape, int type, int n_seq,
+                          int n_ctx, int n_extra) {
     return model_kv_init_split(kv, be, NULL, 0, shape, type, n_seq, n_ctx, n_extra);
 }
 
 kiln_status model_kv_init_split(model_kv *kv, const backend_backend *be, const backend_backend *be_lo, int n_lo,
-                             const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra) {
+                                const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra) {
     memset(kv, 0, sizeof *kv);
     if (!be_lo || n_lo < 0) n_lo = 0;
     if (n_lo > shape->n_attn_layer) n_lo = shape->n_attn_layer;
@@ -80,14 +80,16 @@ kiln_status model_kv_init_split(model_kv *kv, const backend_backend *be, const b
     kv->n_seq = n_seq;
     kv->max_blocks_per_seq = (n_ctx + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
     kv->n_blocks = kv->max_blocks_per_seq * n_seq + n_extra;
-    kv->mem_bytes = (size_t)kv->n_blocks * MODEL_KV_BLOCK * model_kv_bytes_range(shape, type, n_lo, shape->n_attn_layer);
+    kv->mem_bytes =
+        (size_t)kv->n_blocks * MODEL_KV_BLOCK * model_kv_bytes_range(shape, type, n_lo, shape->n_attn_layer);
     kv->mem = be->map(kv->mem_bytes);
     if (!kv->mem) { return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache", kv->mem_bytes); }
     if (n_lo) {
         kv->mem_lo_bytes = (size_t)kv->n_blocks * kv->block_lo;
         if (!(kv->mem_lo = be_lo->map(kv->mem_lo_bytes))) {
             model_kv_free(kv);
-            return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache's host layers", kv->mem_lo_bytes);
+            return base_fail(KILN_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache's host layers",
+                             kv->mem_lo_bytes);
         }
     }
     size_t nb = (size_t)kv->n_blocks;
@@ -205,7 +207,8 @@ static void table_remove(model_kv *kv, int32_t b) {
 
 static int32_t table_find(const model_kv *kv, uint64_t key, const int32_t *tok) {
     for (int32_t b = kv->bucket[key & (uint64_t)(kv->n_bucket - 1)]; b >= 0; b = kv->chain[b])
-        if (kv->bhash[b] == key && !memcmp(kv->btok + (size_t)b * MODEL_KV_BLOCK, tok, MODEL_KV_BLOCK * sizeof(int32_t)))
+        if (kv->bhash[b] == key &&
+            !memcmp(kv->btok + (size_t)b * MODEL_KV_BLOCK, tok, MODEL_KV_BLOCK * sizeof(int32_t)))
             return b;
     return -1;
 }
@@ -310,7 +313,8 @@ static void copy_cells(model_kv *kv, int32_t dst, int32_t src, int32_t n) {
     const int cuda = kv->be->kind == BACKEND_CUDA;
     if (cuda && kv->block_bytes)
         kv->be->copy((uint8_t *)kv->mem + (size_t)dst * kv->block_bytes,
-                     (uint8_t *)kv->mem + (size_t)src * kv->block_bytes, (size_t)n * (kv->block_bytes / MODEL_KV_BLOCK));
+                     (uint8_t *)kv->mem + (size_t)src * kv->block_bytes,
+                     (size_t)n * (kv->block_bytes / MODEL_KV_BLOCK));
     for (int l = 0; l < (cuda ? kv->n_lo : kv->n_layer); l++) {
         const backend_backend *be = l < kv->n_lo ? kv->be_lo : kv->be;
         const size_t run = (size_t)MODEL_KV_BLOCK * kv->l_hrow[l], bytes = (size_t)n * kv->l_hrow[l];
@@ -318,8 +322,8 @@ static void copy_cells(model_kv *kv, int32_t dst, int32_t src, int32_t n) {
             be->copy((uint8_t *)model_kv_kblock(kv, l, dst) + h * run, (uint8_t *)model_kv_kblock(kv, l, src) + h * run,
                      bytes);
             if (!kv->v_in_k)
-                be->copy((uint8_t *)model_kv_vblock(kv, l, dst) + h * run, (uint8_t *)model_kv_vblock(kv, l, src) + h * run,
-                         bytes);
+                be->copy((uint8_t *)model_kv_vblock(kv, l, dst) + h * run,
+                         (uint8_t *)model_kv_vblock(kv, l, src) + h * run, bytes);
         }
     }
 }

@@ -46,9 +46,9 @@ typedef struct model_seq {
 
 typedef struct model_kv {
     const backend_backend *be; /* owns mem */
-    int type;              /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
-    int n_layer;           /* attention layers */
-    int n_head_kv, hd;     /* the largest of the layers' */
+    int type;                  /* KILN_KV_F16 / KILN_KV_F32 / KILN_KV_Q8_0 */
+    int n_layer;               /* attention layers */
+    int n_head_kv, hd;         /* the largest of the layers' */
     /* [n_layer] per attention layer: KV heads, head size, bytes of a head
      * row, offset of its K run in a block (its V run follows) */
     int32_t *l_hkv, *l_hd;
@@ -95,11 +95,11 @@ typedef struct model_kv {
  * then only tracks lengths and prefix keys).  n_extra blocks beyond what
  * n_seq sequences of n_ctx tokens take: room for the blocks state
  * snapshots pin. */
-kiln_status model_kv_init(model_kv *kv, const backend_backend *be, const model_seq_shape *shape, int type, int n_seq, int n_ctx,
-                       int n_extra);
+kiln_status model_kv_init(model_kv *kv, const backend_backend *be, const model_seq_shape *shape, int type, int n_seq,
+                          int n_ctx, int n_extra);
 /* The same for a split model: attention layers below n_lo on be_lo. */
 kiln_status model_kv_init_split(model_kv *kv, const backend_backend *be, const backend_backend *be_lo, int n_lo,
-                             const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra);
+                                const model_seq_shape *shape, int type, int n_seq, int n_ctx, int n_extra);
 /* KV bytes per token of attention layers l0 .. l1 - 1. */
 uint64_t model_kv_bytes_range(const model_seq_shape *shape, int type, int l0, int l1);
 /* The cache as the backend's attention ops see it (lo: a split model's

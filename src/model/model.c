@@ -230,10 +230,6 @@ static int cuda_fits(kiln_model *m, const kiln_context_params *cp, char *why, si
     return -1;
 }
 
-int model_attn_below(const kiln_model *m, int l) {
-    return m->arch->family->attn_below ? m->arch->family->attn_below(m, l) : l;
-}
-
 /* Whether the model's layers cannot be split between the GPU and the CPU
  * (the reason in why): the dense and hybrid families' can. */
 static int split_refused(const kiln_model *m, char *why, size_t cap) {
@@ -415,7 +411,7 @@ void kiln_model_free(kiln_model *m) {
 int32_t kiln_model_has_vision(const kiln_model *m) { return m && m->vision ? 1 : 0; }
 
 kiln_status model_image_prompt(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                            const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
+                               const kiln_image_input *images, int32_t n_images, vision_prompt *out) {
     const vision_text tx = {m ? m->tok : NULL, m ? m->hp.n_embd_inp : 0, m && m->hp.rope.mrope};
     return vision_prompt_build(m ? m->vision : NULL, &tx, text, len, add_special, parse_special, images, n_images, out);
 }

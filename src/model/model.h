@@ -53,6 +53,6 @@ struct vision_prompt;
  * text with VISION_MARKERs and n_images images to tokens and embedding
  * rows; KILN_ERR_UNSUPPORTED when images come and m has no projector. */
 kiln_status model_image_prompt(kiln_model *m, const char *text, size_t len, int add_special, int parse_special,
-                            const kiln_image_input *images, int32_t n_images, struct vision_prompt *out);
+                               const kiln_image_input *images, int32_t n_images, struct vision_prompt *out);
 
 #endif

@@ -37,17 +37,17 @@ enum { ACT_GELU_ERF, ACT_GELU_TANH, ACT_SILU, ACT_RELU };
 
 typedef struct mb_layer {
     const float *attn_norm; /* [n_embd], NULL in layer 0 */
-    kern_mat wqkv, wo;        /* n_embd -> 3 n_embd, n_embd -> n_embd */
+    kern_mat wqkv, wo;      /* n_embd -> 3 n_embd, n_embd -> n_embd */
     const float *ffn_norm;  /* [n_embd] */
-    kern_mat w_up, w_down;    /* n_embd -> 2 n_ff, n_ff -> n_embd */
+    kern_mat w_up, w_down;  /* n_embd -> 2 n_ff, n_ff -> n_embd */
     int local;              /* sliding-window layer */
 } mb_layer;
 
 typedef struct mb_model {
     const float *emb_norm, *emb_norm_b;
     float eps;
-    int window;         /* half width of a local layer's window */
-    int act;            /* ACT_* */
+    int window;           /* half width of a local layer's window */
+    int act;              /* ACT_* */
     kern_rope rope_local; /* m->hp.rope is the global layers' */
     mb_layer *layers;
     kern_mat cls, cls_out; /* head; cls_out.data NULL when absent */
@@ -72,7 +72,7 @@ static kiln_status mb_pattern(kiln_model *m, mb_model *d, int n_swa) {
     if (kv && kv->type == GGUF_ARRAY) {
         if ((int64_t)kv->n != n || kv->arr_type == GGUF_STRING || kv->arr_type == GGUF_ARRAY) {
             return base_fail(KILN_ERR_FORMAT, "modern-bert: sliding_window_pattern has %llu entries for %d layers",
-                           (unsigned long long)kv->n, n);
+                             (unsigned long long)kv->n, n);
         }
         for (int l = 0; l < n; l++) d->layers[l].local = gguf_arr_int(kv, (uint64_t)l) != 0;
         return 0;
@@ -89,8 +89,8 @@ static kiln_status mb_bind(kiln_model *m) {
     model_hparams *hp = &m->hp;
     if (hp->n_head_kv != hp->n_head || hp->hd_k * hp->n_head != hp->n_embd) {
         return base_fail(KILN_ERR_FORMAT,
-                       "modern-bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
-                       hp->n_head_kv, hp->n_head, hp->hd_k);
+                         "modern-bert needs n_head_kv == n_head and head size n_embd/n_head (got %d/%d heads, %d)",
+                         hp->n_head_kv, hp->n_head, hp->hd_k);
     }
     if (hp->n_ff <= 0) { return base_fail(KILN_ERR_FORMAT, "bad or missing feed_forward_length (%d)", hp->n_ff); }
     mb_model *d = calloc(1, sizeof *d);
@@ -111,8 +111,8 @@ static kiln_status mb_bind(kiln_model *m) {
     else if (!strcmp(a, "relu") || !strcmp(a, "reglu"))
         d->act = ACT_RELU;
     else {
-        return base_fail(KILN_ERR_UNSUPPORTED, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)", key,
-                       a);
+        return base_fail(KILN_ERR_UNSUPPORTED, "unsupported %s '%s' (kiln runs gelu, gelu_pytorch_tanh, silu, relu)",
+                         key, a);
     }
     const int64_t n_swa = model_meta_int(m, "attention.sliding_window", 0);
     if (n_swa < 0 || n_swa > (1 << 24)) {
@@ -157,8 +157,8 @@ static kiln_status mb_bind(kiln_model *m) {
         d->cls_norm_b = model_bind_vec(&B, "cls.norm.bias", E, 1);
         const gguf_kv *labels = model_meta_kv(m, "classifier.output_labels");
         if (!B.st && labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != hp->n_cls_out))
-            model_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows", m->arch_name,
-                         labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
+            model_bind_fail(&B, "%s.classifier.output_labels has %lld entries but cls.output.weight %d rows",
+                            m->arch_name, labels->type == GGUF_ARRAY ? (long long)labels->n : -1LL, hp->n_cls_out);
     }
     return B.st;
 }
@@ -339,19 +339,19 @@ static void mb_encode(void *ws, const kiln_model *m, const int32_t *tokens, cons
         kern_layernorm(x, x, d->emb_norm, d->emb_norm_b, E, d->eps);
     }
     model_enc_attn at = {&bt,
-                      w->qkv,
-                      w->qkv + E,
-                      w->qkv + 2 * E,
-                      3 * E,
-                      3 * E,
-                      w->att,
-                      E,
-                      hp->n_head,
-                      hp->n_head,
-                      hp->hd_k,
-                      -1,
-                      1.0f / sqrtf((float)hp->hd_k),
-                      w->scratch};
+                         w->qkv,
+                         w->qkv + E,
+                         w->qkv + 2 * E,
+                         3 * E,
+                         3 * E,
+                         w->att,
+                         E,
+                         hp->n_head,
+                         hp->n_head,
+                         hp->hd_k,
+                         -1,
+                         1.0f / sqrtf((float)hp->hd_k),
+                         w->scratch};
     for (int l = 0; l < hp->n_layer; l++) {
         const mb_layer *L = &d->layers[l];
         j.L = L;

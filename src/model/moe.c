@@ -27,14 +27,14 @@ kiln_status model_moe_read_hparams(const kiln_model *m, model_moe_hp *h) {
     h->n_group_used = (int)model_meta_int(m, "expert_group_used_count", 0);
     if (h->F_exp <= 0 || h->F_exp > (1 << 20) || h->F_sh < 0 || h->F_sh > (1 << 20) || (gating != 1 && gating != 2)) {
         return base_fail(KILN_ERR_FORMAT,
-                       "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
-                       "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
-                       h->F_exp, h->F_sh, (long long)gating);
+                         "bad expert metadata (expert_feed_forward_length %d, expert_shared_feed_forward_length %d, "
+                         "expert_gating_func %lld: kiln routes by softmax, 1, or sigmoid, 2)",
+                         h->F_exp, h->F_sh, (long long)gating);
     }
     if (h->n_group > 1 && (h->n_group > 256 || h->n_expert % h->n_group || h->n_group_used < 1 ||
                            h->n_group_used > h->n_group || h->n_used > h->n_group_used * (h->n_expert / h->n_group))) {
         return base_fail(KILN_ERR_FORMAT, "bad expert groups (expert_group_count %d, expert_group_used_count %d)",
-                       h->n_group, h->n_group_used);
+                         h->n_group, h->n_group_used);
     }
     return 0;
 }
@@ -49,7 +49,8 @@ static const float *bias_rows(model_binder *B, const char *name, int64_t n, int 
     return b.data;
 }
 
-void model_moe_bind(model_binder *B, const kiln_model *m, const model_moe_hp *h, int il, model_moe_layer *l, kern_mat *views) {
+void model_moe_bind(model_binder *B, const kiln_model *m, const model_moe_hp *h, int il, model_moe_layer *l,
+                    kern_mat *views) {
     const int64_t E = m->hp.n_embd;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
@@ -77,7 +78,8 @@ void model_moe_bind(model_binder *B, const kiln_model *m, const model_moe_hp *h,
             for (int e = 0; e < ne; e++) {
                 l->e_gate[e].nrows = Fe;
                 l->e_up[e] = l->e_gate[e];
-                l->e_up[e].data = (const uint8_t *)l->e_gate[e].data + quant_row_size(l->e_gate[e].type, E) * (size_t)Fe;
+                l->e_up[e].data =
+                    (const uint8_t *)l->e_gate[e].data + quant_row_size(l->e_gate[e].type, E) * (size_t)Fe;
             }
     } else {
         model_bind_mats3(B, NAME("ffn_gate_exps.weight"), E, Fe, ne, l->e_gate, 0);
@@ -147,6 +149,7 @@ int model_moe_mm_rows(const model_moe_hp *h, int n_batch) { return h->n_used > 1
 
 int64_t model_moe_mm_cols(const model_moe_hp *h) { return h->F_exp > h->F_sh ? h->F_exp : h->F_sh; }
 
-void model_moe_ffn(kiln_context *c, const model_moe_hp *h, const model_moe_layer *L, model_moe_ws *w, float *xn, float *y, int n) {
+void model_moe_ffn(kiln_context *c, const model_moe_hp *h, const model_moe_layer *L, model_moe_ws *w, float *xn,
+                   float *y, int n) {
     c->bx.ops->moe_ffn(&c->bx, h, L, w->p, xn, y, c->m->hp.n_embd, n);
 }

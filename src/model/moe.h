@@ -60,7 +60,8 @@ kiln_status model_moe_read_hparams(const kiln_model *m, model_moe_hp *h);
  * ffn_gate_up_exps), ffn_down_exps and, when present, their .bias tensors
  * (not with the fused one) and the shared expert;
  * views holds 3 * n_expert matrices the layer keeps pointing into. */
-void model_moe_bind(model_binder *B, const kiln_model *m, const model_moe_hp *h, int il, model_moe_layer *l, kern_mat *views);
+void model_moe_bind(model_binder *B, const kiln_model *m, const model_moe_hp *h, int il, model_moe_layer *l,
+                    kern_mat *views);
 /* Appends the layer's matrices and vectors to the repack list. */
 void model_moe_weights(const kiln_model *m, const model_moe_hp *h, model_moe_layer *l, model_weights *w);
 /* The tensor bytes a decode step reads when 3-D tensors are expert stacks
@@ -79,6 +80,7 @@ int64_t model_moe_mm_cols(const model_moe_hp *h);
 
 /* The FFN of n tokens on c's backend: xn [n][n_embd] in (overwritten: it
  * serves as the accumulator), y [n][n_embd] out. */
-void model_moe_ffn(kiln_context *c, const model_moe_hp *h, const model_moe_layer *L, model_moe_ws *w, float *xn, float *y, int n);
+void model_moe_ffn(kiln_context *c, const model_moe_hp *h, const model_moe_layer *L, model_moe_ws *w, float *xn,
+                   float *y, int n);
 
 #endif

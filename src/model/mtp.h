@@ -53,7 +53,7 @@ int model_mtp_ready(const kiln_context *c, int32_t seq, int32_t pos);
  * leaves the logits for the token at pos[r] + 1 in model_mtp_logits(c, r).
  * Fails (KILN_ERR_CONTEXT_FULL) when the cache has no block left. */
 kiln_status model_mtp_step(kiln_context *c, int n, const int32_t *seq, const int32_t *pos, const int32_t *tok,
-                        const uint8_t *chain);
+                           const uint8_t *chain);
 const float *model_mtp_logits(const kiln_context *c, int r);
 
 /* ---- for the families ---- */

@@ -101,7 +101,8 @@ static void bind_mamba(model_binder *B, kiln_model *m, nem_model *h, int i, nem_
     l->w_in = model_bind_mat(B, NAME("ssm_in.weight"), E, h->d_in, 0);
     const int64_t cne[2] = {h->K, h->conv_dim};
     const gguf_tensor *ct = model_bind_tensor(B, NAME("ssm_conv1d.weight"), 2, cne, 0);
-    if (ct && ct->type != QUANT_F32) model_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
+    if (ct && ct->type != QUANT_F32)
+        model_bind_fail(B, "tensor %s must be F32 (it is %s)", n, quant_get((int)ct->type)->name);
     l->conv_b = model_bind_vec(B, NAME("ssm_conv1d.bias"), h->conv_dim, 1);
     l->dt_bias = model_bind_vec(B, NAME("ssm_dt.bias"), h->Hs, 0);
     const int64_t ane[2] = {1, h->Hs};
@@ -196,9 +197,9 @@ static kiln_status nem_bind(kiln_model *m) {
         const int64_t ff = layer_int(m, "feed_forward_length", n_all, i);
         if (hkv < 0 || hkv > hp->n_head || ff < 0 || ff > (1 << 20)) {
             return base_fail(KILN_ERR_FORMAT,
-                           "layer %d: bad attention.head_count_kv %lld or feed_forward_length %lld (arrays of %d "
-                           "entries)",
-                           i, (long long)hkv, (long long)ff, n_all);
+                             "layer %d: bad attention.head_count_kv %lld or feed_forward_length %lld (arrays of %d "
+                             "entries)",
+                             i, (long long)hkv, (long long)ff, n_all);
         }
         char n[96];
         snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", i);
@@ -208,10 +209,11 @@ static kiln_status nem_bind(kiln_model *m) {
         } else if (ff == 0) {
             if (kv_heads && hkv != kv_heads) {
                 return base_fail(KILN_ERR_FORMAT, "attention layers with %d and %lld KV heads are not supported",
-                               kv_heads, (long long)hkv);
+                                 kv_heads, (long long)hkv);
             }
             if (hp->n_head % hkv) {
-                return base_fail(KILN_ERR_FORMAT, "layer %d: %d heads over %lld KV heads", i, hp->n_head, (long long)hkv);
+                return base_fail(KILN_ERR_FORMAT, "layer %d: %d heads over %lld KV heads", i, hp->n_head,
+                                 (long long)hkv);
             }
             kv_heads = (int)hkv;
             l->kind = NEM_ATTN;
@@ -433,16 +435,16 @@ static void conv_task(void *ud, int ith, int nth) {
             const int end = seg_end(c, w, r, k);
             if (end > t) {
                 kern_conv a = {end - t,
-                             cn,
-                             h->K,
-                             w->zx + (size_t)t * h->d_in + h->Di + c0,
-                             (size_t)h->d_in,
-                             L->conv_w + c0,
-                             state,
-                             (size_t)h->conv_dim,
-                             w->xbc + (size_t)t * h->conv_dim + c0,
-                             (size_t)h->conv_dim,
-                             L->conv_b ? L->conv_b + c0 : NULL};
+                               cn,
+                               h->K,
+                               w->zx + (size_t)t * h->d_in + h->Di + c0,
+                               (size_t)h->d_in,
+                               L->conv_w + c0,
+                               state,
+                               (size_t)h->conv_dim,
+                               w->xbc + (size_t)t * h->conv_dim + c0,
+                               (size_t)h->conv_dim,
+                               L->conv_b ? L->conv_b + c0 : NULL};
                 j->sops->conv_silu(&a);
                 t = end;
             }
@@ -464,20 +466,20 @@ static void scan_head(const nem_model *h, const nem_layer *L, const kern_ssm_ops
                       const float *dts, size_t ld_dt, float *o, int n, float *S) {
     const int g = hh / (h->Hs / h->G);
     kern_ssd a = {n,
-                h->P,
-                h->N,
-                xbc + (size_t)hh * h->P,
-                (size_t)h->conv_dim,
-                xbc + h->Di + (size_t)g * h->N,
-                xbc + h->Di + (size_t)(h->G + g) * h->N,
-                (size_t)h->conv_dim,
-                dts + hh,
-                ld_dt,
-                L->ssm_a[hh],
-                L->ssm_d[hh],
-                S,
-                o + (size_t)hh * h->P,
-                (size_t)h->Di};
+                  h->P,
+                  h->N,
+                  xbc + (size_t)hh * h->P,
+                  (size_t)h->conv_dim,
+                  xbc + h->Di + (size_t)g * h->N,
+                  xbc + h->Di + (size_t)(h->G + g) * h->N,
+                  (size_t)h->conv_dim,
+                  dts + hh,
+                  ld_dt,
+                  L->ssm_a[hh],
+                  L->ssm_d[hh],
+                  S,
+                  o + (size_t)hh * h->P,
+                  (size_t)h->Di};
     sops->ssd_scan(&a);
 }
 
@@ -648,7 +650,7 @@ static kiln_status nem_forward(kiln_context *c, const kiln_batch *b, int n_out) 
         model_rs_record(c->rs, seq, c->b_pos[r0], all ? len : 0);
         if (!all)
             w->cap_n[r] = model_rs_plan(c, seq, c->b_pos[r0], c->b_pos[r0] + len, w->cap_pos + (size_t)r * NEM_MAX_CAP,
-                                     w->cap_dst + (size_t)r * NEM_MAX_CAP, NEM_MAX_CAP);
+                                        w->cap_dst + (size_t)r * NEM_MAX_CAP, NEM_MAX_CAP);
     }
     if (h->n_attn) model_attn_prepare(c, n);
     for (int i = 0; i < n; i++) kern_get_row(&m->tok_embd, b->token[w->ord[i]], w->x + (size_t)i * E);
@@ -689,7 +691,7 @@ static void nem_replay(kiln_context *c, int seq, int32_t n) {
         const float *in = model_rs_roll_in(c->rs, seq) + (size_t)L->ord * MODEL_RS_ROLL_MAX * row;
         float *st = model_rs_live(c->rs, seq) + (size_t)L->ord * (h->conv_floats + h->ssm_floats);
         kern_conv a = {n,      h->conv_dim,         h->K,     in, row, L->conv_w, st, (size_t)h->conv_dim,
-                     w->xbc, (size_t)h->conv_dim, L->conv_b};
+                       w->xbc, (size_t)h->conv_dim, L->conv_b};
         sops->conv_silu(&a);
         for (int hh = 0; hh < h->Hs; hh++)
             scan_head(h, L, sops, hh, w->xbc, in + h->conv_dim, row, w->o, n, st + h->conv_floats + (size_t)hh * head);

@@ -34,7 +34,7 @@ struct kiln_reranker {
     /* causal */
     kiln_context *ctx;
     int8_t *flags;
-    kern_mat head;         /* cls.output: n_embd -> n_labels */
+    kern_mat head;       /* cls.output: n_embd -> n_labels */
     float *row, *logits; /* [n_embd], [n_labels] */
     char *tmpl;          /* the rerank prompt */
     /* the last failed begin's over-limit documents (for the message) */
@@ -91,7 +91,8 @@ static kiln_status setup_encoder(kiln_reranker *r, const kiln_reranker_params *p
     }
     r->max_tokens = p->max_tokens ? p->max_tokens : m->hp.n_ctx_train;
     if (r->max_tokens > m->hp.n_ctx_train)
-        return base_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens, m->hp.n_ctx_train);
+        return base_fail(KILN_ERR_INVALID_ARG, "max_tokens %d exceeds the model's %d", r->max_tokens,
+                         m->hp.n_ctx_train);
     r->n_batch = p->n_batch; /* a longer pair runs alone: the workspace holds max_tokens */
     const int32_t cap = r->n_batch < r->max_tokens ? r->max_tokens : r->n_batch;
     r->pool = thread_pool_new(p->n_threads);
@@ -113,11 +114,11 @@ static kiln_status setup_causal(kiln_reranker *r, const kiln_reranker_params *p)
     const gguf_kv *labels = model_meta_kv(m, "classifier.output_labels");
     if (labels && (labels->type != GGUF_ARRAY || (int64_t)labels->n != r->n_labels))
         return base_fail(KILN_ERR_FORMAT, "%s.classifier.output_labels disagrees with cls.output.weight's %d rows",
-                       m->arch_name, r->n_labels);
+                         m->arch_name, r->n_labels);
     const int64_t pooling = model_meta_int(m, "pooling_type", 4);
     if (pooling != 4)
         return base_fail(KILN_ERR_UNSUPPORTED, "%s.pooling_type is %lld: a decoder reranks with rank pooling (4)",
-                       m->arch_name, (long long)pooling);
+                         m->arch_name, (long long)pooling);
     gguf_str s;
     if (gguf_get_str(m->gf, "tokenizer.chat_template.rerank", &s) != 0)
         return base_fail(KILN_ERR_UNSUPPORTED, "a causal reranker needs tokenizer.chat_template.rerank");
@@ -153,7 +154,7 @@ kiln_status kiln_reranker_new_from_model(kiln_model *m, const kiln_reranker_para
     const int head = m->arch->encoder ? m->hp.n_cls_out > 0 : gguf_find_tensor(m->gf, "cls.output.weight") != NULL;
     if (!head)
         return base_fail(KILN_ERR_UNSUPPORTED, "%s: not a reranker (no classification head cls.output.weight)",
-                       m->name[0] ? m->name : m->arch_name);
+                         m->name[0] ? m->name : m->arch_name);
     kiln_reranker *r = calloc(1, sizeof *r);
     if (!r) return base_fail(KILN_ERR_NOMEM, "out of memory");
     r->m = m;
@@ -362,9 +363,9 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
         frame = (r->f_first >= 0) + (r->f_mid1 >= 0) + (r->f_mid2 >= 0) + (r->f_last >= 0);
         if (nqt + frame >= r->max_tokens) {
             st = base_fail(KILN_ERR_CONTEXT_FULL,
-                         "the query takes %d tokens with the pair's framing, leaving no room for a document under "
-                         "the limit of %d",
-                         nqt + frame, r->max_tokens);
+                           "the query takes %d tokens with the pair's framing, leaving no room for a document under "
+                           "the limit of %d",
+                           nqt + frame, r->max_tokens);
             goto done;
         }
     }
@@ -385,9 +386,9 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
             }
             if (c == 0 && q->allow_truncate) {
                 st = base_fail(KILN_ERR_CONTEXT_FULL,
-                             "the rerank prompt leaves no room for a document under "
-                             "the limit of %d",
-                             r->max_tokens);
+                               "the rerank prompt leaves no room for a document under "
+                               "the limit of %d",
+                               r->max_tokens);
                 goto done;
             }
         } else {
@@ -423,7 +424,7 @@ kiln_status kiln_rerank_begin(kiln_reranker *r, const kiln_rerank_request *q, ki
     }
     if (n_over) {
         st = base_fail(KILN_ERR_CONTEXT_FULL, "%d of %d pair(s) exceed the limit of %d tokens:%s", n_over, q->n,
-                     r->max_tokens, msg);
+                       r->max_tokens, msg);
         goto done;
     }
     /* encoders: shortest first, so runs pack tightly; a causal model in
@@ -461,8 +462,8 @@ static void run_encoder(kiln_rerank_job *j, const int32_t *idx, int32_t count) {
         o += (size_t)n;
         r->run_len[s] = n;
     }
-    r->m->arch->family->encode(r->ws, r->m, r->run_tok, j->types ? r->run_type : NULL, r->run_len, count, MODEL_POOL_RANK,
-                               r->run_scores);
+    r->m->arch->family->encode(r->ws, r->m, r->run_tok, j->types ? r->run_type : NULL, r->run_len, count,
+                               MODEL_POOL_RANK, r->run_scores);
     for (int32_t s = 0; s < count; s++) j->scores[idx[s]] = r->run_scores[(size_t)s * r->n_labels];
 }
 

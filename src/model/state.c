@@ -14,7 +14,7 @@ uint64_t model_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n
 }
 
 kiln_status model_rs_new(const backend_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
-                      model_rs **out) {
+                         model_rs **out) {
     *out = NULL;
     model_rs *rs = calloc(1, sizeof *rs);
     if (!rs) return base_fail(KILN_ERR_NOMEM, "out of memory");
@@ -304,9 +304,9 @@ kiln_status model_rs_truncate(kiln_context *c, int seq, int32_t p) {
     const int i = snap_owned(rs, seq, p);
     if (i < 0)
         return model_fail(c, KILN_ERR_STATE,
-                       "sequence %d: its recurrent state cannot be cut back to position %d (it holds %d tokens; "
-                       "kiln_seq_truncate_point gives where it can)",
-                       seq, p, len);
+                          "sequence %d: its recurrent state cannot be cut back to position %d (it holds %d tokens; "
+                          "kiln_seq_truncate_point gives where it can)",
+                          seq, p, len);
     restore(c, seq, i);
     model_kv_truncate(&c->kv, seq, p);
     disown_after(c, seq, p);
@@ -330,8 +330,8 @@ int32_t model_rs_restorable(const kiln_context *c, int seq, int32_t p) {
 
 kiln_status model_rs_copy(kiln_context *c, int src, int dst) {
     if (model_kv_fork(&c->kv, src, dst))
-        return model_fail(c, KILN_ERR_STATE, "cannot copy sequence %d into %d: it is not empty, or no block is free", src,
-                       dst);
+        return model_fail(c, KILN_ERR_STATE, "cannot copy sequence %d into %d: it is not empty, or no block is free",
+                          src, dst);
     if (c->rs) {
         rs_copy(c->rs, model_rs_live(c->rs, dst), model_rs_live(c->rs, src), c->rs->slot_floats * sizeof(float));
         c->rs->want[dst] = -1;

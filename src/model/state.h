@@ -41,13 +41,13 @@
 #define MODEL_RS_SNAP_PER_SEQ 4
 
 typedef struct model_snap {
-    int32_t pos;               /* tokens the state covers; -1: slot free */
-    int32_t owner;             /* sequence it was taken from and still matches, -1: none */
-    int keyed;                 /* 1: key and tail identify its tokens */
-    uint64_t key;              /* model_kv_chain_key of its whole blocks */
+    int32_t pos;                  /* tokens the state covers; -1: slot free */
+    int32_t owner;                /* sequence it was taken from and still matches, -1: none */
+    int keyed;                    /* 1: key and tail identify its tokens */
+    uint64_t key;                 /* model_kv_chain_key of its whole blocks */
     int32_t tail[MODEL_KV_BLOCK]; /* the pos % MODEL_KV_BLOCK tokens after them */
-    int32_t pin;               /* KV block holding those tail cells (pinned), -1: none */
-    uint64_t used;             /* LRU clock */
+    int32_t pin;                  /* KV block holding those tail cells (pinned), -1: none */
+    uint64_t used;                /* LRU clock */
 } model_snap;
 
 struct model_rs {
@@ -79,7 +79,7 @@ typedef struct model_rs model_rs;
 uint64_t model_rs_bytes(size_t slot_floats, size_t roll_floats, int n_seq, int n_snap);
 /* The pool in *out (NULL on a failure: KILN_ERR_NOMEM). */
 kiln_status model_rs_new(const backend_backend *be, size_t slot_floats, size_t roll_floats, int n_seq, int n_snap,
-                      model_rs **out);
+                         model_rs **out);
 void model_rs_free(model_rs *rs);
 /* Maps the pool's mirror on be_lo (-1 when out of memory). */
 int model_rs_mirror(model_rs *rs, const backend_backend *be_lo);

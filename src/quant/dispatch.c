@@ -43,8 +43,8 @@ static const struct quant_level g_levels[LV_COUNT] = {
     [LV_AVX2] = {QUANT_ISA_AVX2, 4, {&quant_legacy_avx2, &quant_kquants_avx2, &quant_iquants_avx2, &quant_lowbit_avx2}},
     [LV_AVX512] = {QUANT_ISA_AVX512,
                    4,
-                   {&quant_legacy_avx512, &quant_kquants_avx512, &quant_iquants_avx512, &quant_lowbit_avx512, &quant_legacy_avx2,
-                    &quant_kquants_avx2, &quant_iquants_avx2, &quant_lowbit_avx2}},
+                   {&quant_legacy_avx512, &quant_kquants_avx512, &quant_iquants_avx512, &quant_lowbit_avx512,
+                    &quant_legacy_avx2, &quant_kquants_avx2, &quant_iquants_avx2, &quant_lowbit_avx2}},
     [LV_AVX512_BF16] = {QUANT_ISA_AVX512,
                         4,
                         {&quant_legacy_avx512_bf16, &quant_kquants_avx512, &quant_iquants_avx512, &quant_lowbit_avx512,
@@ -67,7 +67,9 @@ static const struct quant_level g_levels[LV_COUNT] = {
     [LV_DOTPROD] = {QUANT_ISA_DOTPROD, 1, {&quant_quant_dotprod, &quant_quant_neon}},
     [LV_DOTPROD_BF16] = {QUANT_ISA_DOTPROD, 2, {&quant_quant_bf16, &quant_quant_dotprod, &quant_quant_neon}},
     [LV_DOTPROD_I8MM] = {QUANT_ISA_DOTPROD, 2, {&quant_quant_i8mm, &quant_quant_dotprod, &quant_quant_neon}},
-    [LV_DOTPROD_BF16_I8MM] = {QUANT_ISA_DOTPROD, 3, {&quant_quant_bf16, &quant_quant_i8mm, &quant_quant_dotprod, &quant_quant_neon}},
+    [LV_DOTPROD_BF16_I8MM] = {QUANT_ISA_DOTPROD,
+                              3,
+                              {&quant_quant_bf16, &quant_quant_i8mm, &quant_quant_dotprod, &quant_quant_neon}},
 };
 
 static int level_of(int isa) {

@@ -83,7 +83,8 @@ static void iq2_xxs_dot(int n, float *s, const void *vx, const void *vy) {
             xxs_words(x[i].qs, ib, &a, &b);
             int dot = 0;
             for (int l = 0; l < 4; ++l)
-                dot += dot8(quant_iq2xxs_grid[(a >> (8 * l)) & 255], quant_iq_signs(b >> (7 * l)), y[i].qs + 32 * ib + 8 * l);
+                dot += dot8(quant_iq2xxs_grid[(a >> (8 * l)) & 255], quant_iq_signs(b >> (7 * l)),
+                            y[i].qs + 32 * ib + 8 * l);
             bsum += dot * (int)(2 * (b >> 28) + 1);
         }
         sum += d * (float)bsum;
@@ -214,7 +215,9 @@ static void iq3_s_to_f32(const void *vx, float *y, int64_t n) {
         for (int g = 0; g < 32; ++g, y += 8) {
             const int sc = (x[i].scales[g / 8] >> (4 * ((g / 4) & 1))) & 15;
             const float db = d * (float)(1 + 2 * sc);
-            put8(y, db, pair(quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g)], quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g + 1)]),
+            put8(y, db,
+                 pair(quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g)],
+                      quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g + 1)]),
                  x[i].signs[g]);
         }
     }
@@ -231,9 +234,9 @@ static void iq3_s_dot(int n, float *s, const void *vx, const void *vy) {
             const int sc = (x[i].scales[ib / 2] >> (4 * (ib & 1))) & 15;
             int dot = 0;
             for (int g = 4 * ib; g < 4 * ib + 4; ++g)
-                dot +=
-                    dot8(pair(quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g)], quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g + 1)]),
-                         x[i].signs[g], y[i].qs + 8 * g);
+                dot += dot8(pair(quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g)],
+                                 quant_iq3s_grid[quant_iq3s_index(&x[i], 2 * g + 1)]),
+                            x[i].signs[g], y[i].qs + 8 * g);
             bsum += dot * (2 * sc + 1);
         }
         sum += d * (float)bsum;
@@ -447,13 +450,14 @@ static void iq3_s_from_f32(const float *x, void *vy, int64_t n) {
 /* ---------------------------------------------------------------------- */
 
 void quant_fill_iquants(quant_traits *tab) {
-    tab[QUANT_IQ2_XXS] =
-        quant_traits_ref("IQ2_XXS", QUANT_QK_K, sizeof(quant_block_iq2_xxs), QUANT_Q8_K, iq2_xxs_to_f32, NULL, iq2_xxs_dot);
+    tab[QUANT_IQ2_XXS] = quant_traits_ref("IQ2_XXS", QUANT_QK_K, sizeof(quant_block_iq2_xxs), QUANT_Q8_K,
+                                          iq2_xxs_to_f32, NULL, iq2_xxs_dot);
     tab[QUANT_IQ2_XS] =
         quant_traits_ref("IQ2_XS", QUANT_QK_K, sizeof(quant_block_iq2_xs), QUANT_Q8_K, iq2_xs_to_f32, NULL, iq2_xs_dot);
-    tab[QUANT_IQ2_S] = quant_traits_ref("IQ2_S", QUANT_QK_K, sizeof(quant_block_iq2_s), QUANT_Q8_K, iq2_s_to_f32, NULL, iq2_s_dot);
-    tab[QUANT_IQ3_XXS] =
-        quant_traits_ref("IQ3_XXS", QUANT_QK_K, sizeof(quant_block_iq3_xxs), QUANT_Q8_K, iq3_xxs_to_f32, NULL, iq3_xxs_dot);
-    tab[QUANT_IQ3_S] =
-        quant_traits_ref("IQ3_S", QUANT_QK_K, sizeof(quant_block_iq3_s), QUANT_Q8_K, iq3_s_to_f32, iq3_s_from_f32, iq3_s_dot);
+    tab[QUANT_IQ2_S] =
+        quant_traits_ref("IQ2_S", QUANT_QK_K, sizeof(quant_block_iq2_s), QUANT_Q8_K, iq2_s_to_f32, NULL, iq2_s_dot);
+    tab[QUANT_IQ3_XXS] = quant_traits_ref("IQ3_XXS", QUANT_QK_K, sizeof(quant_block_iq3_xxs), QUANT_Q8_K,
+                                          iq3_xxs_to_f32, NULL, iq3_xxs_dot);
+    tab[QUANT_IQ3_S] = quant_traits_ref("IQ3_S", QUANT_QK_K, sizeof(quant_block_iq3_s), QUANT_Q8_K, iq3_s_to_f32,
+                                        iq3_s_from_f32, iq3_s_dot);
 }

@@ -25,13 +25,13 @@
 #define IQ_DOT(name, T, RUN, F)                                                                              \
     static void name(int n, float *s, const void *vx, const void *vy) {                                      \
         const T *x = vx;                                                                                     \
-        const quant_block_q8_K *y = vy;                                                                         \
+        const quant_block_q8_K *y = vy;                                                                      \
         float sum = 0;                                                                                       \
-        for (int i = 0; i < n / QUANT_QK_K; ++i) {                                                              \
+        for (int i = 0; i < n / QUANT_QK_K; ++i) {                                                           \
             const float d = h2f(x[i].d) * y[i].d;                                                            \
             __m256i acc = _mm256_setzero_si256();                                                            \
             for (int ib = 0; ib < 8; ++ib) {                                                                 \
-                const quant_iq_run r = RUN(&x[i], ib);                                                          \
+                const quant_iq_run r = RUN(&x[i], ib);                                                       \
                 const __m256i p = iqx_products(r, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib))); \
                 const __m256i ls = _mm256_set_m128i(_mm_set1_epi16(r.ls[1]), _mm_set1_epi16(r.ls[0]));       \
                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ls));                                       \
@@ -48,7 +48,7 @@ IQ_DOT(iq3_xxs_dot, quant_block_iq3_xxs, iqx_run_iq3_xxs, 0.25f)
 IQ_DOT(iq3_s_dot, quant_block_iq3_s, iqx_run_iq3_s, 1.0f)
 
 const quant_simd quant_iquants_avx2 = {.dot = {[QUANT_IQ2_XXS] = iq2_xxs_dot,
-                                         [QUANT_IQ2_XS] = iq2_xs_dot,
-                                         [QUANT_IQ2_S] = iq2_s_dot,
-                                         [QUANT_IQ3_XXS] = iq3_xxs_dot,
-                                         [QUANT_IQ3_S] = iq3_s_dot}};
+                                               [QUANT_IQ2_XS] = iq2_xs_dot,
+                                               [QUANT_IQ2_S] = iq2_s_dot,
+                                               [QUANT_IQ3_XXS] = iq3_xxs_dot,
+                                               [QUANT_IQ3_S] = iq3_s_dot}};

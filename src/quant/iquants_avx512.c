@@ -45,10 +45,10 @@ static inline __m512i step64(__m512i acc, quant_iq_run r0, quant_iq_run r1, cons
 #define IQ_DOT(name, T, RUN, F)                                                                     \
     static void name(int n, float *s, const void *vx, const void *vy) {                             \
         const T *x = vx;                                                                            \
-        const quant_block_q8_K *y = vy;                                                                \
+        const quant_block_q8_K *y = vy;                                                             \
         const __m512i lane_run = _mm512_loadu_si512(g_lane_run);                                    \
         float sum = 0;                                                                              \
-        for (int i = 0; i < n / QUANT_QK_K; ++i) {                                                     \
+        for (int i = 0; i < n / QUANT_QK_K; ++i) {                                                  \
             const float d = h2f(x[i].d) * y[i].d;                                                   \
             __m512i acc = _mm512_setzero_si512();                                                   \
             for (int ib = 0; ib < 8; ib += 2)                                                       \
@@ -65,7 +65,7 @@ IQ_DOT(iq3_xxs_dot, quant_block_iq3_xxs, iqx_run_iq3_xxs, 0.25f)
 IQ_DOT(iq3_s_dot, quant_block_iq3_s, iqx_run_iq3_s, 1.0f)
 
 const quant_simd quant_iquants_avx512 = {.dot = {[QUANT_IQ2_XXS] = iq2_xxs_dot,
-                                           [QUANT_IQ2_XS] = iq2_xs_dot,
-                                           [QUANT_IQ2_S] = iq2_s_dot,
-                                           [QUANT_IQ3_XXS] = iq3_xxs_dot,
-                                           [QUANT_IQ3_S] = iq3_s_dot}};
+                                                 [QUANT_IQ2_XS] = iq2_xs_dot,
+                                                 [QUANT_IQ2_S] = iq2_s_dot,
+                                                 [QUANT_IQ3_XXS] = iq3_xxs_dot,
+                                                 [QUANT_IQ3_S] = iq3_s_dot}};

@@ -47,27 +47,28 @@ static inline quant_iq_run iqx_run_iq2_xxs(const quant_block_iq2_xxs *b, int ib)
     const int16_t ls = (int16_t)(2 * (c >> 28) + 1);
     const uint64_t *G = quant_iq2xxs_grid;
     return (quant_iq_run){_mm256_set_epi64x((long long)G[a >> 24], (long long)G[(a >> 16) & 255],
-                                         (long long)G[(a >> 8) & 255], (long long)G[a & 255]),
-                       iqx_units(c & 127, (c >> 7) & 127, (c >> 14) & 127, (c >> 21) & 127),
-                       {ls, ls}};
+                                            (long long)G[(a >> 8) & 255], (long long)G[a & 255]),
+                          iqx_units(c & 127, (c >> 7) & 127, (c >> 14) & 127, (c >> 21) & 127),
+                          {ls, ls}};
 }
 
 static inline quant_iq_run iqx_run_iq2_xs(const quant_block_iq2_xs *b, int ib) {
     const uint16_t *q = b->qs + 4 * ib;
     const uint64_t *G = quant_iq2xs_grid;
-    return (quant_iq_run){_mm256_set_epi64x((long long)G[q[3] & 511], (long long)G[q[2] & 511], (long long)G[q[1] & 511],
-                                         (long long)G[q[0] & 511]),
-                       iqx_units(q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9),
-                       {(int16_t)(2 * (b->scales[ib] & 15) + 1), (int16_t)(2 * (b->scales[ib] >> 4) + 1)}};
+    return (quant_iq_run){_mm256_set_epi64x((long long)G[q[3] & 511], (long long)G[q[2] & 511],
+                                            (long long)G[q[1] & 511], (long long)G[q[0] & 511]),
+                          iqx_units(q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9),
+                          {(int16_t)(2 * (b->scales[ib] & 15) + 1), (int16_t)(2 * (b->scales[ib] >> 4) + 1)}};
 }
 
 static inline quant_iq_run iqx_run_iq2_s(const quant_block_iq2_s *b, int ib) {
     const int g = 4 * ib;
     const uint64_t *G = quant_iq2s_grid;
-    return (quant_iq_run){_mm256_set_epi64x((long long)G[quant_iq2s_index(b, g + 3)], (long long)G[quant_iq2s_index(b, g + 2)],
-                                         (long long)G[quant_iq2s_index(b, g + 1)], (long long)G[quant_iq2s_index(b, g)]),
-                       iqx_bits_units(iqx_u32(b->qs + QUANT_QK_K / 8 + g)),
-                       {(int16_t)(2 * (b->scales[ib] & 15) + 1), (int16_t)(2 * (b->scales[ib] >> 4) + 1)}};
+    return (quant_iq_run){
+        _mm256_set_epi64x((long long)G[quant_iq2s_index(b, g + 3)], (long long)G[quant_iq2s_index(b, g + 2)],
+                          (long long)G[quant_iq2s_index(b, g + 1)], (long long)G[quant_iq2s_index(b, g)]),
+        iqx_bits_units(iqx_u32(b->qs + QUANT_QK_K / 8 + g)),
+        {(int16_t)(2 * (b->scales[ib] & 15) + 1), (int16_t)(2 * (b->scales[ib] >> 4) + 1)}};
 }
 
 static inline quant_iq_run iqx_run_iq3_xxs(const quant_block_iq3_xxs *b, int ib) {
@@ -76,9 +77,9 @@ static inline quant_iq_run iqx_run_iq3_xxs(const quant_block_iq3_xxs *b, int ib)
     const int16_t ls = (int16_t)(2 * (c >> 28) + 1);
     const uint32_t *G = quant_iq3xxs_grid;
     return (quant_iq_run){_mm256_set_epi32((int)G[q[7]], (int)G[q[6]], (int)G[q[5]], (int)G[q[4]], (int)G[q[3]],
-                                        (int)G[q[2]], (int)G[q[1]], (int)G[q[0]]),
-                       iqx_units(c & 127, (c >> 7) & 127, (c >> 14) & 127, (c >> 21) & 127),
-                       {ls, ls}};
+                                           (int)G[q[2]], (int)G[q[1]], (int)G[q[0]]),
+                          iqx_units(c & 127, (c >> 7) & 127, (c >> 14) & 127, (c >> 21) & 127),
+                          {ls, ls}};
 }
 
 static inline quant_iq_run iqx_run_iq3_s(const quant_block_iq3_s *b, int ib) {
@@ -91,8 +92,8 @@ static inline quant_iq_run iqx_run_iq3_s(const quant_block_iq3_s *b, int ib) {
                                           8));
     const int16_t ls = (int16_t)(2 * ((b->scales[ib / 2] >> (4 * (ib & 1))) & 15) + 1);
     return (quant_iq_run){_mm256_i32gather_epi32((const int *)quant_iq3s_grid, idx, 4),
-                       iqx_bits_units(iqx_u32(b->signs + 4 * ib)),
-                       {ls, ls}};
+                          iqx_bits_units(iqx_u32(b->signs + 4 * ib)),
+                          {ls, ls}};
 }
 
 /* 16 int16 sums of adjacent products g_j * sign_j * q_j (exact: each

@@ -854,7 +854,8 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
         int isum = 0;
         for (int ib = 0; ib < 8; ++ib) {
             int dot = 0;
-            for (int r = 0; r < 32; ++r) dot += quant_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)] * y[i].qs[32 * ib + r];
+            for (int r = 0; r < 32; ++r)
+                dot += quant_iq4nl_values[iq4_code(x[i].qs + 16 * ib, r)] * y[i].qs[32 * ib + r];
             isum += iq4xs_scale(&x[i], ib) * dot;
         }
         sum += y[i].d * f16(x[i].d) * isum;
@@ -867,14 +868,20 @@ static void iq4_xs_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 void quant_fill_kquants(quant_traits *tab) {
-    tab[QUANT_Q2_K] = quant_traits_ref("Q2_K", QUANT_QK_K, sizeof(quant_block_q2_K), QUANT_Q8_K, q2_K_to_f32, q2_K_from_f32, q2_K_dot);
-    tab[QUANT_Q3_K] = quant_traits_ref("Q3_K", QUANT_QK_K, sizeof(quant_block_q3_K), QUANT_Q8_K, q3_K_to_f32, q3_K_from_f32, q3_K_dot);
-    tab[QUANT_Q4_K] = quant_traits_ref("Q4_K", QUANT_QK_K, sizeof(quant_block_q4_K), QUANT_Q8_K, q4_K_to_f32, q4_K_from_f32, q4_K_dot);
-    tab[QUANT_Q5_K] = quant_traits_ref("Q5_K", QUANT_QK_K, sizeof(quant_block_q5_K), QUANT_Q8_K, q5_K_to_f32, q5_K_from_f32, q5_K_dot);
-    tab[QUANT_Q6_K] = quant_traits_ref("Q6_K", QUANT_QK_K, sizeof(quant_block_q6_K), QUANT_Q8_K, q6_K_to_f32, q6_K_from_f32, q6_K_dot);
-    tab[QUANT_Q8_K] = quant_traits_ref("Q8_K", QUANT_QK_K, sizeof(quant_block_q8_K), QUANT_Q8_K, q8_K_to_f32, q8_K_from_f32, q8_K_dot);
+    tab[QUANT_Q2_K] = quant_traits_ref("Q2_K", QUANT_QK_K, sizeof(quant_block_q2_K), QUANT_Q8_K, q2_K_to_f32,
+                                       q2_K_from_f32, q2_K_dot);
+    tab[QUANT_Q3_K] = quant_traits_ref("Q3_K", QUANT_QK_K, sizeof(quant_block_q3_K), QUANT_Q8_K, q3_K_to_f32,
+                                       q3_K_from_f32, q3_K_dot);
+    tab[QUANT_Q4_K] = quant_traits_ref("Q4_K", QUANT_QK_K, sizeof(quant_block_q4_K), QUANT_Q8_K, q4_K_to_f32,
+                                       q4_K_from_f32, q4_K_dot);
+    tab[QUANT_Q5_K] = quant_traits_ref("Q5_K", QUANT_QK_K, sizeof(quant_block_q5_K), QUANT_Q8_K, q5_K_to_f32,
+                                       q5_K_from_f32, q5_K_dot);
+    tab[QUANT_Q6_K] = quant_traits_ref("Q6_K", QUANT_QK_K, sizeof(quant_block_q6_K), QUANT_Q8_K, q6_K_to_f32,
+                                       q6_K_from_f32, q6_K_dot);
+    tab[QUANT_Q8_K] = quant_traits_ref("Q8_K", QUANT_QK_K, sizeof(quant_block_q8_K), QUANT_Q8_K, q8_K_to_f32,
+                                       q8_K_from_f32, q8_K_dot);
     tab[QUANT_IQ4_NL] = quant_traits_ref("IQ4_NL", QUANT_QK4_NL, sizeof(quant_block_iq4_nl), QUANT_Q8_0, iq4_nl_to_f32,
-                                   iq4_nl_from_f32, iq4_nl_dot);
-    tab[QUANT_IQ4_XS] =
-        quant_traits_ref("IQ4_XS", QUANT_QK_K, sizeof(quant_block_iq4_xs), QUANT_Q8_K, iq4_xs_to_f32, iq4_xs_from_f32, iq4_xs_dot);
+                                         iq4_nl_from_f32, iq4_nl_dot);
+    tab[QUANT_IQ4_XS] = quant_traits_ref("IQ4_XS", QUANT_QK_K, sizeof(quant_block_iq4_xs), QUANT_Q8_K, iq4_xs_to_f32,
+                                         iq4_xs_from_f32, iq4_xs_dot);
 }

@@ -325,7 +325,8 @@ static void q8_K_quant(const float *x, void *vy, int64_t n) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t i = 0; i < n / QUANT_QK_K; ++i, x += QUANT_QK_K) {
         __m256 vmax = _mm256_setzero_ps();
-        for (int e = 0; e < QUANT_QK_K; e += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + e), absmask));
+        for (int e = 0; e < QUANT_QK_K; e += 8)
+            vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + e), absmask));
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));

@@ -349,11 +349,17 @@ void quant_fill_legacy(quant_traits *tab) {
     tab[QUANT_F32] = quant_traits_ref("F32", 1, 4, QUANT_F32, f32_to_f32, f32_from_f32, dot_f32);
     tab[QUANT_F16] = quant_traits_ref("F16", 1, 2, QUANT_F16, f16_to_f32, f16_from_f32, dot_f16);
     tab[QUANT_BF16] = quant_traits_ref("BF16", 1, 2, QUANT_BF16, bf16_to_f32, bf16_from_f32, dot_bf16);
-    tab[QUANT_Q4_0] = quant_traits_ref("Q4_0", QK, sizeof(quant_block_q4_0), QUANT_Q8_0, q4_0_to_f32, q4_0_from_f32, dot_q4_0_q8_0);
-    tab[QUANT_Q4_1] = quant_traits_ref("Q4_1", QK, sizeof(quant_block_q4_1), QUANT_Q8_1, q4_1_to_f32, q4_1_from_f32, dot_q4_1_q8_1);
-    tab[QUANT_Q5_0] = quant_traits_ref("Q5_0", QK, sizeof(quant_block_q5_0), QUANT_Q8_0, q5_0_to_f32, q5_0_from_f32, dot_q5_0_q8_0);
-    tab[QUANT_Q5_1] = quant_traits_ref("Q5_1", QK, sizeof(quant_block_q5_1), QUANT_Q8_1, q5_1_to_f32, q5_1_from_f32, dot_q5_1_q8_1);
-    tab[QUANT_Q8_0] = quant_traits_ref("Q8_0", QK, sizeof(quant_block_q8_0), QUANT_Q8_0, q8_0_to_f32, q8_0_from_f32, dot_q8_0_q8_0);
+    tab[QUANT_Q4_0] =
+        quant_traits_ref("Q4_0", QK, sizeof(quant_block_q4_0), QUANT_Q8_0, q4_0_to_f32, q4_0_from_f32, dot_q4_0_q8_0);
+    tab[QUANT_Q4_1] =
+        quant_traits_ref("Q4_1", QK, sizeof(quant_block_q4_1), QUANT_Q8_1, q4_1_to_f32, q4_1_from_f32, dot_q4_1_q8_1);
+    tab[QUANT_Q5_0] =
+        quant_traits_ref("Q5_0", QK, sizeof(quant_block_q5_0), QUANT_Q8_0, q5_0_to_f32, q5_0_from_f32, dot_q5_0_q8_0);
+    tab[QUANT_Q5_1] =
+        quant_traits_ref("Q5_1", QK, sizeof(quant_block_q5_1), QUANT_Q8_1, q5_1_to_f32, q5_1_from_f32, dot_q5_1_q8_1);
+    tab[QUANT_Q8_0] =
+        quant_traits_ref("Q8_0", QK, sizeof(quant_block_q8_0), QUANT_Q8_0, q8_0_to_f32, q8_0_from_f32, dot_q8_0_q8_0);
     /* Q8_1 only ever holds activations: no weight-side dot kernel. */
-    tab[QUANT_Q8_1] = quant_traits_ref("Q8_1", QK, sizeof(quant_block_q8_1), QUANT_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
+    tab[QUANT_Q8_1] =
+        quant_traits_ref("Q8_1", QK, sizeof(quant_block_q8_1), QUANT_Q8_1, q8_1_to_f32, q8_1_from_f32, NULL);
 }

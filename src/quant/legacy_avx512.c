@@ -267,11 +267,11 @@ static void q8_1_from_f32(const float *x, void *y, int64_t n) { kx_q8_1_row(x, y
 
 /* The AVX-512 level; quant_legacy_avx512_bf16 is the same with the vdpbf16ps
  * BF16 dot, for CPUs with AVX512_BF16. */
-#define LEGACY_AVX512(bf16)                                                                              \
-    {                                                                                                    \
+#define LEGACY_AVX512(bf16)                                                                                          \
+    {                                                                                                                \
         .dot = {[QUANT_F32] = dot_f32,   [QUANT_F16] = dot_f16,   [QUANT_BF16] = bf16,     [QUANT_Q4_0] = dot_q4_0,  \
                 [QUANT_Q4_1] = dot_q4_1, [QUANT_Q5_0] = dot_q5_0, [QUANT_Q5_1] = dot_q5_1, [QUANT_Q8_0] = dot_q8_0}, \
-        .quant = {[QUANT_Q8_0] = q8_0_from_f32, [QUANT_Q8_1] = q8_1_from_f32},                                 \
+        .quant = {[QUANT_Q8_0] = q8_0_from_f32, [QUANT_Q8_1] = q8_1_from_f32},                                       \
     }
 const quant_simd quant_legacy_avx512 = LEGACY_AVX512(dot_bf16);
 const quant_simd quant_legacy_avx512_bf16 = LEGACY_AVX512(dot_bf16_dp);

@@ -302,14 +302,16 @@ static void iq1_m_dot(int n, float *s, const void *vx, const void *vy) {
 /* ---------------------------------------------------------------------- */
 
 void quant_fill_lowbit(quant_traits *tab) {
-    tab[QUANT_TQ1_0] =
-        quant_traits_ref("TQ1_0", QUANT_QK_K, sizeof(quant_block_tq1_0), QUANT_Q8_K, tq1_0_to_f32, tq1_0_from_f32, tq1_0_dot);
-    tab[QUANT_TQ2_0] =
-        quant_traits_ref("TQ2_0", QUANT_QK_K, sizeof(quant_block_tq2_0), QUANT_Q8_K, tq2_0_to_f32, tq2_0_from_f32, tq2_0_dot);
-    tab[QUANT_MXFP4] =
-        quant_traits_ref("MXFP4", QUANT_QK_MXFP4, sizeof(quant_block_mxfp4), QUANT_Q8_0, mxfp4_to_f32, mxfp4_from_f32, mxfp4_dot);
-    tab[QUANT_IQ1_S] = quant_traits_ref("IQ1_S", QUANT_QK_K, sizeof(quant_block_iq1_s), QUANT_Q8_K, iq1_s_to_f32, NULL, iq1_s_dot);
-    tab[QUANT_IQ1_M] = quant_traits_ref("IQ1_M", QUANT_QK_K, sizeof(quant_block_iq1_m), QUANT_Q8_K, iq1_m_to_f32, NULL, iq1_m_dot);
+    tab[QUANT_TQ1_0] = quant_traits_ref("TQ1_0", QUANT_QK_K, sizeof(quant_block_tq1_0), QUANT_Q8_K, tq1_0_to_f32,
+                                        tq1_0_from_f32, tq1_0_dot);
+    tab[QUANT_TQ2_0] = quant_traits_ref("TQ2_0", QUANT_QK_K, sizeof(quant_block_tq2_0), QUANT_Q8_K, tq2_0_to_f32,
+                                        tq2_0_from_f32, tq2_0_dot);
+    tab[QUANT_MXFP4] = quant_traits_ref("MXFP4", QUANT_QK_MXFP4, sizeof(quant_block_mxfp4), QUANT_Q8_0, mxfp4_to_f32,
+                                        mxfp4_from_f32, mxfp4_dot);
+    tab[QUANT_IQ1_S] =
+        quant_traits_ref("IQ1_S", QUANT_QK_K, sizeof(quant_block_iq1_s), QUANT_Q8_K, iq1_s_to_f32, NULL, iq1_s_dot);
+    tab[QUANT_IQ1_M] =
+        quant_traits_ref("IQ1_M", QUANT_QK_K, sizeof(quant_block_iq1_m), QUANT_Q8_K, iq1_m_to_f32, NULL, iq1_m_dot);
 }
 
 /* ---------------------------------------------------------------------- */

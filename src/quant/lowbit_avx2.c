@@ -262,14 +262,14 @@ static void mxfp4_dot(int n, float *s, const void *vx, const void *vy) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 1 < nb; i += 2) {
-        acc0 =
-            _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e)), acc0);
+        acc0 = _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e)),
+                               acc0);
         acc1 = _mm256_fmadd_ps(mxfp4_block(&x[i + 1], &y[i + 1], tab),
                                _mm256_set1_ps(h2f(y[i + 1].d) * quant_e8m0_half(x[i + 1].e)), acc1);
     }
     if (i < nb)
-        acc0 =
-            _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e)), acc0);
+        acc0 = _mm256_fmadd_ps(mxfp4_block(&x[i], &y[i], tab), _mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e)),
+                               acc0);
     *s = hsum8(_mm256_add_ps(acc0, acc1));
 }
 

@@ -247,8 +247,9 @@ static void mxfp4_dot(int n, float *s, const void *vx, const void *vy) {
             join(_mm256_loadu_si256((const __m256i *)y[i].qs), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
         const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv),
                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), twelve, yv));
-        const __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e))),
-                                            _mm256_set1_ps(h2f(y[i + 1].d) * quant_e8m0_half(x[i + 1].e)), 1);
+        const __m512 d =
+            _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(h2f(y[i].d) * quant_e8m0_half(x[i].e))),
+                               _mm256_set1_ps(h2f(y[i + 1].d) * quant_e8m0_half(x[i + 1].e)), 1);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc);
     }
     float sum = hsum16(acc);

@@ -74,10 +74,10 @@ typedef void (*quant_from_f32_fn)(const float *x, void *y, int64_t n);
 typedef void (*quant_vec_dot_fn)(int n, float *s, const void *x, const void *y);
 
 typedef struct quant_traits {
-    const char *name;             /* "Q4_0", as GGUF tools print it; NULL = unknown id */
-    int blck;                     /* elements per block */
-    size_t bsize;                 /* bytes per block */
-    int vec_dot_type;             /* activation type vec_dot expects */
+    const char *name;                /* "Q4_0", as GGUF tools print it; NULL = unknown id */
+    int blck;                        /* elements per block */
+    size_t bsize;                    /* bytes per block */
+    int vec_dot_type;                /* activation type vec_dot expects */
     quant_to_f32_fn to_f32;          /* scalar dequantizer */
     quant_from_f32_fn from_f32;      /* scalar reference quantizer */
     quant_from_f32_fn from_f32_fast; /* SIMD quantizer for activations (or = from_f32) */
@@ -148,7 +148,7 @@ quant_from_f32_fn quant_from_f32_at(int t, int isa);
  * with the activations in the type's vec_dot_type, each output the very
  * float the level's vec_dot (and the scalar vec_dot_ref) gives. */
 typedef void (*quant_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
-                           int64_t ldy);
+                              int64_t ldy);
 /* The block kernel of weight type t at level isa, NULL when that level has
  * none on this CPU (today: Q8_0, Q4_0 and Q4_K at aarch64's dotprod level on a
  * CPU with FEAT_I8MM, two rows by two tokens per smmla). */
@@ -217,17 +217,17 @@ _Static_assert(sizeof(quant_block_q4_0) == 18 && sizeof(quant_block_q4_1) == 20 
  *               +dotprod for the dotprod level).  Built on aarch64 only. */
 /* A type's scalar row: its reference functions fill every slot, the SIMD
  * levels replace the ones they have. */
-static inline quant_traits quant_traits_ref(const char *name, int blck, size_t bsize, int vec_dot_type, quant_to_f32_fn to,
-                                      quant_from_f32_fn from, quant_vec_dot_fn dot) {
+static inline quant_traits quant_traits_ref(const char *name, int blck, size_t bsize, int vec_dot_type,
+                                            quant_to_f32_fn to, quant_from_f32_fn from, quant_vec_dot_fn dot) {
     return (quant_traits){.name = name,
-                       .blck = blck,
-                       .bsize = bsize,
-                       .vec_dot_type = vec_dot_type,
-                       .to_f32 = to,
-                       .from_f32 = from,
-                       .from_f32_fast = from,
-                       .vec_dot = dot,
-                       .vec_dot_ref = dot};
+                          .blck = blck,
+                          .bsize = bsize,
+                          .vec_dot_type = vec_dot_type,
+                          .to_f32 = to,
+                          .from_f32 = from,
+                          .from_f32_fast = from,
+                          .vec_dot = dot,
+                          .vec_dot_ref = dot};
 }
 void quant_fill_legacy(quant_traits *tab); /* tab has QUANT_TYPE_COUNT entries */
 void quant_fill_kquants(quant_traits *tab);

@@ -53,7 +53,8 @@ static inline float32x4_t f16_alt(uint16_t h0, uint16_t h1) {
 /* The four dots of weight rows w0, w1 (type Q8_0 or Q4_0) with Q8_0
  * activation rows x0, x1 over nb blocks: {w0.x0, w0.x1, w1.x0, w1.x1}. */
 static inline __attribute__((always_inline)) float32x4_t tile_2x2(int q4, int nb, const uint8_t *w0, const uint8_t *w1,
-                                                                  const quant_block_q8_0 *x0, const quant_block_q8_0 *x1) {
+                                                                  const quant_block_q8_0 *x0,
+                                                                  const quant_block_q8_0 *x1) {
     const size_t wb = q4 ? sizeof(quant_block_q4_0) : sizeof(quant_block_q8_0);
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     const int8x16_t k8 = vdupq_n_s8(8);
@@ -139,8 +140,8 @@ static inline float32x4_t f32_alt(float f0, float f1) {
     return vcombine_f32(v, v);
 }
 
-static float32x4_t tile_q4_K_2x2(int nb, const quant_block_q4_K *w0, const quant_block_q4_K *w1, const quant_block_q8_K *x0,
-                                 const quant_block_q8_K *x1) {
+static float32x4_t tile_q4_K_2x2(int nb, const quant_block_q4_K *w0, const quant_block_q4_K *w1,
+                                 const quant_block_q8_K *x0, const quant_block_q8_K *x1) {
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     float32x4_t sum = vdupq_n_f32(0);
     for (int i = 0; i < nb; i++) {
@@ -211,4 +212,5 @@ static void tile_q4_K(int n, const void *w, size_t wrow, int nr, const void *a, 
     }
 }
 
-const quant_simd quant_quant_i8mm = {.tile = {[QUANT_Q8_0] = tile_q8_0, [QUANT_Q4_0] = tile_q4_0, [QUANT_Q4_K] = tile_q4_K}};
+const quant_simd quant_quant_i8mm = {
+    .tile = {[QUANT_Q8_0] = tile_q8_0, [QUANT_Q4_0] = tile_q4_0, [QUANT_Q4_K] = tile_q4_K}};

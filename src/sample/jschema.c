@@ -863,8 +863,8 @@ static int set_depths(sample_schema *s) {
             const int nk = n->n_props + n->n_alts + 1;
             for (int k = 0; k < nk; k++) {
                 const sample_node *c = k < n->n_props               ? n->props[k]
-                                   : k < n->n_props + n->n_alts ? n->alts[k - n->n_props]
-                                                                : n->items;
+                                       : k < n->n_props + n->n_alts ? n->alts[k - n->n_props]
+                                                                    : n->items;
                 if (!c || c->id < 0) continue;
                 if (pass == 0)
                     start[c->id + 1]++;

@@ -83,7 +83,7 @@ typedef struct sample_call {
     int phase, pos, ws, pick;
     uint64_t cand;       /* which opening literals are still possible */
     uint64_t names_left; /* which names are still possible */
-    struct sample_sv sv;     /* the arguments' recognizer (last: call.c copies the frames in use only) */
+    struct sample_sv sv; /* the arguments' recognizer (last: call.c copies the frames in use only) */
 } sample_call;
 /* -1 when n is not 1..SAMPLE_CALL_MAX or a name is empty, repeated or
  * holds a '"', '\\' or a control character. */

@@ -108,7 +108,7 @@ int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url,
     struct MHD_PostProcessor *pp = MHD_create_post_processor(c, 65536, field, &f);
     if (!pp)
         return server_send_error(c, 400, "invalid_request_error",
-                             "the request must be multipart/form-data (fields file, model, ...)", NULL);
+                                 "the request must be multipart/form-data (fields file, model, ...)", NULL);
     /* the post processor refuses bytes after the closing boundary (some
      * clients add a blank line there) and needs the line break after it */
     int closed;
@@ -125,7 +125,7 @@ int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url,
     }
     if (!closed) {
         rc = server_send_error(c, 400, "invalid_request_error",
-                           "the multipart form has no closing boundary (the body ends inside a field)", NULL);
+                               "the multipart form has no closing boundary (the body ends inside a field)", NULL);
         goto out;
     }
     if (!ok || f.bad_field) {
@@ -144,7 +144,8 @@ int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url,
     }
     if (f.word_granularity) {
         rc = server_send_error(c, 400, "invalid_request_error",
-                           "timestamp_granularities 'word' is not supported (segment is)", "timestamp_granularities");
+                               "timestamp_granularities 'word' is not supported (segment is)",
+                               "timestamp_granularities");
         goto out;
     }
     kiln_transcribe_params p = kiln_transcribe_default_params();
@@ -160,7 +161,7 @@ int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url,
         double t = strtod(f.temperature, &end);
         if (*end || !(t >= 0.0 && t <= 1.0)) {
             rc = server_send_error(c, 400, "invalid_request_error", "temperature must be a number from 0 to 1",
-                               "temperature");
+                                   "temperature");
             goto out;
         }
         p.temperature = (float)t;
@@ -179,11 +180,11 @@ int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url,
     server_reqlog_model(server_reqlog_current(), m ? m->name : model);
     if (!m) {
         rc = server_send_error(c, status,
-                           status == 404   ? "not_found_error"
-                           : status == 400 ? "invalid_request_error"
-                           : status == 503 ? "unavailable_error"
-                                           : "server_error",
-                           msg, "model");
+                               status == 404   ? "not_found_error"
+                               : status == 400 ? "invalid_request_error"
+                               : status == 503 ? "unavailable_error"
+                                               : "server_error",
+                               msg, "model");
         goto out;
     }
     kiln_engine *e = m->eng;
@@ -209,7 +210,7 @@ int server_audio_route(server_srv *s, struct MHD_Connection *c, const char *url,
     if (st != KILN_OK) {
         int code = st == KILN_ERR_INVALID_ARG ? 400 : st == KILN_ERR_CANCELLED ? 499 : 500;
         rc = server_send_error(c, code == 499 ? 400 : code, code == 500 ? "server_error" : "invalid_request_error",
-                           kiln_last_error(), NULL);
+                               kiln_last_error(), NULL);
         goto out;
     }
     char *text = kiln_transcript_format(t, !strcmp(fmt, "text") ? "txt" : fmt, translate);

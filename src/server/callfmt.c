@@ -50,7 +50,7 @@ const char *const *server_callfmt_markers(int fmt) {
 
 const char *server_callfmt_name(int fmt) {
     static const char *const names[SERVER_CF_COUNT] = {"tool_call", "harmony",  "llama3", "mistral",
-                                                   "gemma4",    "deepseek", "phi4",   "nemotron"};
+                                                       "gemma4",    "deepseek", "phi4",   "nemotron"};
     return fmt >= 0 && fmt < SERVER_CF_COUNT ? names[fmt] : "?";
 }
 
@@ -456,7 +456,9 @@ int server_callfmt_call_form(int fmt, const char *tmpl, sample_call_form *out) {
     switch (fmt) {
     case SERVER_CF_LLAMA3: *out = llama3; return 0;
     case SERVER_CF_MISTRAL: *out = strstr(tmpl, "[ARGS]") ? mistral : mistral_array; return 0;
-    case SERVER_CF_DEEPSEEK: *out = strstr(tmpl, "```json") || !strstr(tmpl, "tool▁sep") ? deepseek : deepseek31; return 0;
+    case SERVER_CF_DEEPSEEK:
+        *out = strstr(tmpl, "```json") || !strstr(tmpl, "tool▁sep") ? deepseek : deepseek31;
+        return 0;
     case SERVER_CF_PHI4: *out = phi4; return 0;
     case SERVER_CF_NEMOTRON: *out = nemotron; return 0;
     default: return -1;

@@ -20,7 +20,7 @@ enum {
     SERVER_CF_GEMMA4,  /* <|tool_call>call:N{key:<|"|>text<|"|>,n:1}<tool_call|> */
     SERVER_CF_DEEPSEEK, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
                        <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1), or N<｜tool▁sep｜>{...} (V3.1) */
-    SERVER_CF_PHI4,     /* <|tool_call|>[{"name": N, "arguments": {...}}]<|/tool_call|>, or functools[...] (Phi-4-mini) */
+    SERVER_CF_PHI4, /* <|tool_call|>[{"name": N, "arguments": {...}}]<|/tool_call|>, or functools[...] (Phi-4-mini) */
     SERVER_CF_NEMOTRON, /* <TOOLCALL>[{"name": N, "arguments": {...}}]</TOOLCALL> (Nemotron Nano 2) */
     SERVER_CF_COUNT
 };

@@ -22,7 +22,8 @@ const char *server_defaults_system(server_model *r) {
     return s && *s ? s : NULL;
 }
 
-int server_defaults_opts(server_model *r, struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o, int *rc) {
+int server_defaults_opts(server_model *r, struct MHD_Connection *c, json_t *src, int ollama, server_gen_opts *o,
+                         int *rc) {
     json_t *pack = pack_options(r);
     if (!pack) return 0;
     json_t *merged = json_is_object(src) ? json_deep_copy(src) : json_object();

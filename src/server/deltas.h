@@ -17,7 +17,15 @@
 /* ---- a generation request ---- */
 /* BUDGET: the thinking budget ran out with no room to answer; REPEAT: the
  * repetition guard (gen.h's GEN_BUDGET, GEN_REPEAT). */
-enum { SERVER_FIN_NONE = 0, SERVER_FIN_STOP, SERVER_FIN_LENGTH, SERVER_FIN_CANCEL, SERVER_FIN_ERROR, SERVER_FIN_BUDGET, SERVER_FIN_REPEAT };
+enum {
+    SERVER_FIN_NONE = 0,
+    SERVER_FIN_STOP,
+    SERVER_FIN_LENGTH,
+    SERVER_FIN_CANCEL,
+    SERVER_FIN_ERROR,
+    SERVER_FIN_BUDGET,
+    SERVER_FIN_REPEAT
+};
 /* The reason an incomplete reply names on every API: "thinking_budget",
  * "repetition"; NULL for the other ends. */
 const char *server_fin_incomplete(int fin);
@@ -41,13 +49,13 @@ typedef struct server_req {
     int want_logprobs; /* compute the token's logprob */
     int json_mode;     /* constrain sampling to one JSON value (an object without a schema) */
     int ignore_eos;
-    sample_schema *schema;          /* with json_mode: the value's schema (owned); NULL = any object */
-    sample_sv sv;                   /* the recognizer's state while it runs */
-    int n_call;                 /* a forced tool call: the names it may take */
-    char **call_names;          /*   (owned) */
-    sample_schema **call_schemas;   /*   and their arguments' schemas (owned) */
-    sample_call call;           /*   its recognizer's state */
-    sample_call_form call_form; /*   the literals of its form (another family's than <tool_call>) */
+    sample_schema *schema;        /* with json_mode: the value's schema (owned); NULL = any object */
+    sample_sv sv;                 /* the recognizer's state while it runs */
+    int n_call;                   /* a forced tool call: the names it may take */
+    char **call_names;            /*   (owned) */
+    sample_schema **call_schemas; /*   and their arguments' schemas (owned) */
+    sample_call call;             /*   its recognizer's state */
+    sample_call_form call_form;   /*   the literals of its form (another family's than <tool_call>) */
     sample_constraint cons;
     sample_think think;           /* with json_mode after a reasoning block: cons held back until it ends */
     sample_constraint think_cons; /*   the constraint that does so */
@@ -69,22 +77,22 @@ enum { SERVER_D_CONTENT = 0, SERVER_D_REASONING = 1 };
 typedef struct server_gen {
     kiln_model *m;
     kiln_detok *dt;
-    int32_t n_gen;    /* tokens counted as generated */
-    json_t *stops;    /* array of stop strings or NULL */
-    server_buf sbuf;      /* text held back by stop matching */
-    server_buf pbuf;      /* text held back by tag parsing */
-    server_buf tool;      /* body of the current <tool_call> */
-    server_toolscan ts;   /* the same body read as it comes, as JSON */
-    server_xmlscan xs;    /*   and in the XML form */
-    json_t *tools;    /* the request's tools (a reference, released by server_gen_free), or NULL */
-    int tool_open;    /* the current call's header went out */
-    int tool_xml;     /*   from the XML scanner */
-    size_t args_sent; /* bytes of ts.args sent */
-    int mode;         /* 0 content, 1 reasoning, 2 <tool_call> body, 3 a section of another form */
-    int fmt;          /* SERVER_CF_*: how the model writes calls (server_gen_format) */
-    int sec_opener;   /*   the opener (index in its tags' open[], -1 at_start) of the section in g->tool */
-    int reply_begun;  /*   a byte other than a blank went out since the start or </think> */
-    int n_marks;      /*   the form's markers that are control tokens of the vocabulary: */
+    int32_t n_gen;      /* tokens counted as generated */
+    json_t *stops;      /* array of stop strings or NULL */
+    server_buf sbuf;    /* text held back by stop matching */
+    server_buf pbuf;    /* text held back by tag parsing */
+    server_buf tool;    /* body of the current <tool_call> */
+    server_toolscan ts; /* the same body read as it comes, as JSON */
+    server_xmlscan xs;  /*   and in the XML form */
+    json_t *tools;      /* the request's tools (a reference, released by server_gen_free), or NULL */
+    int tool_open;      /* the current call's header went out */
+    int tool_xml;       /*   from the XML scanner */
+    size_t args_sent;   /* bytes of ts.args sent */
+    int mode;           /* 0 content, 1 reasoning, 2 <tool_call> body, 3 a section of another form */
+    int fmt;            /* SERVER_CF_*: how the model writes calls (server_gen_format) */
+    int sec_opener;     /*   the opener (index in its tags' open[], -1 at_start) of the section in g->tool */
+    int reply_begun;    /*   a byte other than a blank went out since the start or </think> */
+    int n_marks;        /*   the form's markers that are control tokens of the vocabulary: */
     int32_t mark_id[8];
     const char *mark_text[8]; /*   their ids and texts (shown in a chat with tools) */
     unsigned mark_think;      /*   bit i: mark i belongs to the form's reasoning block (shown when it is split) */
@@ -93,13 +101,13 @@ typedef struct server_gen {
     int after_think;          /* 1: </think> passed and no content yet; blank space here is not content */
     /* the harmony format (gpt-oss): <|channel|>NAME [to=RECIPIENT]<|message|>BODY<|end|> messages,
      * analysis as reasoning, final and commentary as content, to=functions.NAME as calls */
-    int harmony;     /* 1: the model writes harmony (its vocabulary has the tokens); read even with
+    int harmony;      /* 1: the model writes harmony (its vocabulary has the tokens); read even with
                         neither split (think: false: analysis is content), not in raw completions */
-    int h_body;      /*   0: reading a message's header, 1: its body */
-    server_buf h_hdr;    /*   the header so far */
-    char h_name[96]; /*   the called function, in a call's body */
-    int finish;      /* SERVER_FIN_* once over */
-    int stop_hit;    /* index in stops of the string that ended it, or -1 */
+    int h_body;       /*   0: reading a message's header, 1: its body */
+    server_buf h_hdr; /*   the header so far */
+    char h_name[96];  /*   the called function, in a call's body */
+    int finish;       /* SERVER_FIN_* once over */
+    int stop_hit;     /* index in stops of the string that ended it, or -1 */
     int n_tools;
     json_t *tool_calls; /* array of {name, arguments(obj)} parsed */
     json_t *logprobs;   /* pending logprob entries (OpenAI shape) */

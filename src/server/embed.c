@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int server_embed_inputs(server_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate, int ollama,
-                    json_t **vectors, int *n_tokens, int *rc) {
+int server_embed_inputs(server_model *r, struct MHD_Connection *c, json_t *input, int kind, int dims, int truncate,
+                        int ollama, json_t **vectors, int *n_tokens, int *rc) {
     const char *one[1];
     const char **texts = one;
     size_t n = 0;
@@ -39,7 +39,7 @@ int server_embed_inputs(server_model *r, struct MHD_Connection *c, json_t *input
     if (!n || !texts) {
         *rc = ollama ? server_oll_error(c, 400, "'input' must be a string or a non-empty array of strings")
                      : server_send_error(c, 400, "invalid_request_error",
-                                     "'input' must be a string or a non-empty array of strings", "input");
+                                         "'input' must be a string or a non-empty array of strings", "input");
         return -1;
     }
     char msg[600] = "";
@@ -57,7 +57,8 @@ int server_embed_inputs(server_model *r, struct MHD_Connection *c, json_t *input
     if (status) {
         if (texts != one) free(texts);
         *rc = ollama ? server_oll_error(c, status, msg)
-                     : server_send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", msg, "input");
+                     : server_send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", msg,
+                                         "input");
         return -1;
     }
     const kiln_embeddings *e = kiln_embed_result(job);
@@ -83,7 +84,7 @@ static int dims_of(json_t *body, struct MHD_Connection *c, int ollama, int *dims
     if (!json_is_integer(d) || json_integer_value(d) < 1) {
         *rc = ollama ? server_oll_error(c, 400, "'dimensions' must be a positive integer")
                      : server_send_error(c, 400, "invalid_request_error", "'dimensions' must be a positive integer",
-                                     "dimensions");
+                                         "dimensions");
         return -1;
     }
     *dims = (int)json_integer_value(d);
@@ -123,11 +124,11 @@ static json_t *b64_floats(json_t *v) {
 }
 
 static server_model *embed_model(server_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
-                             int *rc) {
+                                 int *rc) {
     int status;
     char msg[600];
-    server_model *r = server_model_use(s, json_string_value(json_object_get(body, "model")), SERVER_TASK_EMBED, load_wait, &status,
-                               msg, sizeof msg);
+    server_model *r = server_model_use(s, json_string_value(json_object_get(body, "model")), SERVER_TASK_EMBED,
+                                       load_wait, &status, msg, sizeof msg);
     server_reqlog_model(server_reqlog_current(), r ? r->name : json_string_value(json_object_get(body, "model")));
     if (!r) {
         const char *type = status == 404   ? "not_found_error"
@@ -153,7 +154,8 @@ static int input_kind(json_t *body, struct MHD_Connection *c, int ollama, int *k
         *kind = KILN_EMBED_QUERY;
     else if (!v || (strcmp(v, "document") && strcmp(v, "search_document"))) {
         const char *msg = "'input_type' must be \"query\" or \"document\"";
-        *rc = ollama ? server_oll_error(c, 400, msg) : server_send_error(c, 400, "invalid_request_error", msg, "input_type");
+        *rc = ollama ? server_oll_error(c, 400, msg)
+                     : server_send_error(c, 400, "invalid_request_error", msg, "input_type");
         return -1;
     }
     return 0;
@@ -165,7 +167,7 @@ int server_embed_openai(server_srv *s, struct MHD_Connection *c, json_t *body) {
     const char *enc = json_string_value(json_object_get(body, "encoding_format"));
     if (enc && strcmp(enc, "float") && strcmp(enc, "base64"))
         return server_send_error(c, 400, "invalid_request_error", "'encoding_format' must be float or base64",
-                             "encoding_format");
+                                 "encoding_format");
     server_model *r = embed_model(s, c, body, 0, NULL, &rc);
     if (!r) return rc;
     json_t *vs;

@@ -20,7 +20,8 @@
 #include <string.h>
 
 /* Finds and loads the request's model; sends the error itself. */
-static server_model *open_model(server_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait, int *rc) {
+static server_model *open_model(server_srv *s, struct MHD_Connection *c, json_t *body, int ollama, double *load_wait,
+                                int *rc) {
     json_t *mv = json_object_get(body, "model");
     if (mv && !json_is_string(mv)) {
         *rc = ollama ? server_oll_error(c, 400, "'model' must be a string")
@@ -34,8 +35,8 @@ static server_model *open_model(server_srv *s, struct MHD_Connection *c, json_t 
     }
     int status = 404;
     char msg[600];
-    server_model *r =
-        server_model_use_ctx(s, json_string_value(mv), SERVER_TASK_GENERATE, num_ctx, load_wait, &status, msg, sizeof msg);
+    server_model *r = server_model_use_ctx(s, json_string_value(mv), SERVER_TASK_GENERATE, num_ctx, load_wait, &status,
+                                           msg, sizeof msg);
     server_reqlog_model(server_reqlog_current(), r ? r->name : json_string_value(mv));
     if (!r) {
         const char *type = status == 404   ? "not_found_error"
@@ -46,53 +47,6 @@ static server_model *open_model(server_srv *s, struct MHD_Connection *c, json_t 
         return NULL;
     }
     return r;
-}
-
-/* OpenAI's tool_choice: "auto" (or none given) lets the model choose;
- * "none" neither shows the tools to the model nor reads its output as
- * calls; "required" and a named function constrain the output to one call
- * in the template's <tool_call> syntax (sample/call.c), its arguments held
- * to the tool's parameters. */
-int server_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **force, char *msg, size_t cap) {
-    const char *s = json_string_value(v);
-    *force = NULL;
-    if (!v || json_is_null(v) || (s && !strcmp(s, "auto"))) return 0;
-    if (s && !strcmp(s, "none")) {
-        *off = 1;
-        return 0;
-    }
-    const char *want = NULL;
-    if (json_is_object(v)) {
-        const char *type = json_string_value(json_object_get(v, "type"));
-        want = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
-        if (!type || strcmp(type, "function") || !want) {
-            snprintf(msg, cap,
-                     "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
-            return -1;
-        }
-    } else if (!s || strcmp(s, "required")) {
-        snprintf(msg, cap, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
-        return -1;
-    }
-    json_t *out = json_array();
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (!name || (type && strcmp(type, "function"))) continue;
-        if (!want || !strcmp(want, name)) json_array_append(out, t);
-    }
-    if (!json_array_size(out)) {
-        json_decref(out);
-        if (want)
-            snprintf(msg, cap, "'tool_choice' names the function '%s', which is not among 'tools'", want);
-        else
-            snprintf(msg, cap, "'tool_choice' is \"required\" but 'tools' offers no function");
-        return -1;
-    }
-    *force = out;
-    return 0;
 }
 
 /* What a message carries besides text and images ("audio"), or NULL:
@@ -114,7 +68,8 @@ static const char *media_of(json_t *m) {
  * true to a model without thinking (Ollama's rule: its template has no
  * <think>).  messages: the chat's, or NULL for a generate body.  Returns 1
  * after sending the error. */
-static int cannot_serve(server_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama, int *rc) {
+static int cannot_serve(server_model *r, struct MHD_Connection *c, json_t *body, json_t *messages, int ollama,
+                        int *rc) {
     const char *media = NULL;
     size_t i;
     json_t *m;
@@ -138,10 +93,10 @@ static int cannot_serve(server_model *r, struct MHD_Connection *c, json_t *body,
 /* A refusal of server_media_chat / server_media_list in the API's shape. */
 static int media_error(struct MHD_Connection *c, int ollama, int status, const char *msg, const char *param) {
     return server_error(c, ollama, status,
-                    status == 500   ? "server_error"
-                    : status == 413 ? "request_too_large"
-                                    : "invalid_request_error",
-                    msg, status == 500 ? NULL : param);
+                        status == 500   ? "server_error"
+                        : status == 413 ? "request_too_large"
+                                        : "invalid_request_error",
+                        msg, status == 500 ? NULL : param);
 }
 
 static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int format, json_t *force, int tools_off);
@@ -166,8 +121,9 @@ int server_chat_common(server_srv *s, struct MHD_Connection *c, json_t *body, in
     int tools_off = 0, rc = MHD_NO;
     json_t *force = NULL;
     char msg[300];
-    if (format != SERVER_F_OLL_CHAT && server_tool_choice(json_object_get(body, "tool_choice"), json_object_get(body, "tools"),
-                                                  &tools_off, &force, msg, sizeof msg))
+    if (format != SERVER_F_OLL_CHAT &&
+        server_tool_choice(json_object_get(body, "tool_choice"), json_object_get(body, "tools"), &tools_off, &force,
+                           msg, sizeof msg))
         return server_error(c, 0, 400, "invalid_request_error", msg, "tool_choice");
     rc = chat_run(s, c, body, format, force, tools_off);
     json_decref(force); /* a started request keeps its own copies */
@@ -186,9 +142,9 @@ static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int f
     }
     json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages) || !json_array_size(messages))
-        return ollama
-                   ? server_oll_error(c, 400, "'messages' must be a non-empty array")
-                   : server_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array", "messages");
+        return ollama ? server_oll_error(c, 400, "'messages' must be a non-empty array")
+                      : server_send_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array",
+                                          "messages");
     o.urgent = json_is_true(json_object_get(body, "urgent"));
     o.ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
     double load_wait = 0;
@@ -225,7 +181,7 @@ static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int f
     char err[300];
     json_t *tools = json_object_get(body, "tools");
     if (tools_off) tools = NULL;
-    json_t *msgs = server_defaults_messages(r, messages);                    /* and its system prompt */
+    json_t *msgs = server_defaults_messages(r, messages);                     /* and its system prompt */
     const chat_opts ro = {.cancelled = server_conn_gone_fn, .cancel_arg = c}; /* stops when the client goes */
     char *prompt = server_render_chat(r, msgs, tools, th, &ro, err, sizeof err);
     json_decref(msgs);
@@ -236,7 +192,7 @@ static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int f
         server_model_done(r, ka);
         const int code = server_render_status(err);
         return server_error(c, ollama, code, code == 500 ? "server_error" : "invalid_request_error", err,
-                        code == 500 ? NULL : "messages");
+                            code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
     server_prompt_media pm = {0}; /* the image tokens' rows */
@@ -254,16 +210,16 @@ static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int f
     server_media_free(&media);
     o.force_think = server_force_think(r, prompt, ollama && th == 0);
     server_run_args a = {.format = format,
-                     .stream = 1,
-                     .include_usage = 0,
-                     .start_think = server_prompt_opens_think(prompt),
-                     .keep_alive = ka,
-                     .model = json_string_value(json_object_get(body, "model")),
-                     .think_off = ollama && th == 0,
-                     .has_tools = json_is_array(tools) && json_array_size(tools) > 0,
-                     .load_wait = 0,
-                     .tools = tools,
-                     .echo = NULL};
+                         .stream = 1,
+                         .include_usage = 0,
+                         .start_think = server_prompt_opens_think(prompt),
+                         .keep_alive = ka,
+                         .model = json_string_value(json_object_get(body, "model")),
+                         .think_off = ollama && th == 0,
+                         .has_tools = json_is_array(tools) && json_array_size(tools) > 0,
+                         .load_wait = 0,
+                         .tools = tools,
+                         .echo = NULL};
     free(prompt);
     json_t *stream = json_object_get(body, "stream");
     a.stream = ollama ? !json_is_false(stream) : json_is_true(stream);
@@ -279,7 +235,7 @@ static int chat_run(server_srv *s, struct MHD_Connection *c, json_t *body, int f
 }
 
 int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body, int format, const char *prompt_text,
-                       json_t *prompt_ids, server_gen_opts *o, double ka) {
+                           json_t *prompt_ids, server_gen_opts *o, double ka) {
     int ollama = format == SERVER_F_OLL_GEN, rc = MHD_NO;
     o->urgent = json_is_true(json_object_get(body, "urgent"));
     o->ignore_eos |= json_is_true(json_object_get(body, "ignore_eos"));
@@ -305,7 +261,7 @@ int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body
         server_media_free(&media);
         server_model_done(r, ka);
         return server_error(c, ollama, 400, "invalid_request_error", "images go with a text prompt, not token ids",
-                        "prompt");
+                            "prompt");
     }
     int32_t n = 0, *ids = NULL;
     server_prompt_media pm = {0}; /* the image tokens' rows */
@@ -319,7 +275,8 @@ int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body
             if (v < 0 || v >= r->n_vocab) {
                 free(ids);
                 server_model_done(r, ka);
-                return server_error(c, ollama, 400, "invalid_request_error", "a prompt token id is out of range", "prompt");
+                return server_error(c, ollama, 400, "invalid_request_error", "a prompt token id is out of range",
+                                    "prompt");
             }
             ids[i] = (int32_t)v;
         }
@@ -348,10 +305,10 @@ int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body
             }
             const chat_opts ro = {.cancelled = server_conn_gone_fn, .cancel_arg = c};
             rendered = server_render_chat(r, msgs, NULL,
-                                      json_is_boolean(think)  ? json_is_true(think)
-                                      : json_is_string(think) ? 1
-                                                              : -1,
-                                      &ro, err, sizeof err);
+                                          json_is_boolean(think)  ? json_is_true(think)
+                                          : json_is_string(think) ? 1
+                                                                  : -1,
+                                          &ro, err, sizeof err);
             json_decref(msgs);
             if (!rendered) {
                 server_media_free(&media);
@@ -385,16 +342,16 @@ int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body
     }
     json_t *stream = json_object_get(body, "stream");
     server_run_args a = {.format = format,
-                     .stream = ollama ? !json_is_false(stream) : json_is_true(stream),
-                     .include_usage =
-                         json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
-                     .start_think = start_think,
-                     .keep_alive = ka,
-                     .model = json_string_value(json_object_get(body, "model")),
-                     .think_off = ollama && json_is_false(json_object_get(body, "think")),
-                     .has_tools = 0,
-                     .load_wait = load_wait,
-                     .tools = NULL,
-                     .echo = NULL};
+                         .stream = ollama ? !json_is_false(stream) : json_is_true(stream),
+                         .include_usage =
+                             json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage")),
+                         .start_think = start_think,
+                         .keep_alive = ka,
+                         .model = json_string_value(json_object_get(body, "model")),
+                         .think_off = ollama && json_is_false(json_object_get(body, "think")),
+                         .has_tools = 0,
+                         .load_wait = load_wait,
+                         .tools = NULL,
+                         .echo = NULL};
     return server_run(s, r, c, q, &a, o);
 }

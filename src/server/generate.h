@@ -13,6 +13,6 @@ struct MHD_Connection;
 /* Generation endpoints shared by both APIs. */
 int server_chat_common(server_srv *s, struct MHD_Connection *c, json_t *body, int format);
 int server_generate_common(server_srv *s, struct MHD_Connection *c, json_t *body, int format, const char *prompt_text,
-                       json_t *prompt_ids, server_gen_opts *o, double keep_alive);
+                           json_t *prompt_ids, server_gen_opts *o, double keep_alive);
 
 #endif

@@ -221,14 +221,16 @@ static json_t *parse_body(conn_state *cs, struct MHD_Connection *c, int *rc) {
  * belongs to, without CORS headers (the page may not read it). */
 static int refuse(struct MHD_Connection *c, const char *url, const char *msg) {
     const server_api api = !strncmp(url, "/api/", 5) ? SERVER_API_OLLAMA : SERVER_API_OPENAI;
-    return server_reply_bare(c, 403, server_error_response(403, server_error_body(api, "permission_error", msg, NULL), NULL));
+    return server_reply_bare(c, 403,
+                             server_error_response(403, server_error_body(api, "permission_error", msg, NULL), NULL));
 }
 
 /* A known path asked with another method: a 405 with Allow, not a 404. */
 static int method_not_allowed(struct MHD_Connection *c, const char *allow) {
     char msg[64];
     snprintf(msg, sizeof msg, "method not allowed; use %s", allow);
-    return server_send_error_allow(c, 405, server_error_body(SERVER_API_OPENAI, "invalid_request_error", msg, NULL), allow);
+    return server_send_error_allow(c, 405, server_error_body(SERVER_API_OPENAI, "invalid_request_error", msg, NULL),
+                                   allow);
 }
 
 /* A CORS preflight from an allowed origin: the methods the APIs use and
@@ -328,10 +330,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     const int is_api = !strncmp(url, "/api/", 5); /* Ollama's API: its error shape */
     if (!(get && server_guard_public_path(url)) && !authorized(s, c))
         return (enum MHD_Result)server_error(c, is_api, 401, "authentication_error",
-                                         "a valid API key is required (Authorization: Bearer KEY)", NULL);
+                                             "a valid API key is required (Authorization: Bearer KEY)", NULL);
     if (cs->body.failed)
         return (enum MHD_Result)server_error(c, is_api, 500, "server_error", "out of memory reading the request body",
-                                         NULL);
+                                             NULL);
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->cfg.max_body);
@@ -359,7 +361,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         body = parse_body(cs, c, &rc);
         if (!body) return (enum MHD_Result)rc;
     } else if (post && is_oai) {
-        return (enum MHD_Result)server_send_error(c, 400, "invalid_request_error", "the request has no JSON body", NULL);
+        return (enum MHD_Result)server_send_error(c, 400, "invalid_request_error", "the request has no JSON body",
+                                                  NULL);
     }
     if (!get && (!strcmp(url, "/health") || !strcmp(url, "/metrics"))) known = 1, allow = "GET, HEAD";
     if (rt)

@@ -68,7 +68,7 @@ static int bad(struct MHD_Connection *c, const char *msg, const char *param) {
 int server_oai_images(server_srv *s, struct MHD_Connection *c, json_t *body) {
     if (!s->images)
         return server_send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error",
-                             "no image model is served (start kiln serve with --image PACK)", "model");
+                                 "no image model is served (start kiln serve with --image PACK)", "model");
     if (!json_is_object(body)) return bad(c, "the body must be a JSON object", NULL);
     kiln_image_request r = kiln_image_request_default();
     const char *key;
@@ -120,7 +120,7 @@ int server_oai_images(server_srv *s, struct MHD_Connection *c, json_t *body) {
                              ? MHD_HTTP_BAD_REQUEST
                              : MHD_HTTP_INTERNAL_SERVER_ERROR;
         return server_send_error(c, code, code == MHD_HTTP_BAD_REQUEST ? "invalid_request_error" : "server_error", msg,
-                             st == KILN_ERR_CONTEXT_FULL ? "prompt" : NULL);
+                                 st == KILN_ERR_CONTEXT_FULL ? "prompt" : NULL);
     }
     json_t *data = json_array();
     for (int32_t i = 0; i < res->n; i++) {

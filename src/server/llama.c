@@ -38,10 +38,10 @@ static server_model *use(server_srv *s, struct MHD_Connection *c, const char *na
     server_reqlog_model(server_reqlog_current(), r ? r->name : name);
     if (!r)
         *rc = server_send_error(c, status,
-                            status == 404   ? "not_found_error"
-                            : status == 400 ? "invalid_request_error"
-                                            : "server_error",
-                            msg, "model");
+                                status == 404   ? "not_found_error"
+                                : status == 400 ? "invalid_request_error"
+                                                : "server_error",
+                                msg, "model");
     if (r && !r->model) { /* speech to text: no text tokenizer or template */
         snprintf(msg, sizeof msg, "'%s' is not a text model", r->name);
         server_model_done(r, NAN);
@@ -177,7 +177,7 @@ static int apply_template(server_srv *s, struct MHD_Connection *c, json_t *body)
     if (!prompt) {
         const int code = server_render_status(err);
         return server_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
-                             code == 500 ? NULL : "messages");
+                                 code == 500 ? NULL : "messages");
     }
     json_t *j = json_object();
     json_object_set_new(j, "prompt", server_jstr(prompt, strlen(prompt)));
@@ -242,8 +242,8 @@ int server_llama_route(server_srv *s, struct MHD_Connection *c, const char *meth
     int post = !strcmp(method, "POST");
     if (!strcmp(url, "/props")) {
         if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) return props(s, c);
-        return server_send_error(c, 405, "invalid_request_error", "GET /props only (kiln's settings are fixed at start)",
-                             NULL);
+        return server_send_error(c, 405, "invalid_request_error",
+                                 "GET /props only (kiln's settings are fixed at start)", NULL);
     }
     if (!post) return server_send_error(c, 405, "invalid_request_error", "this route takes POST", NULL);
     if (!body) return bad(c, "the request has no JSON body", NULL);

@@ -92,8 +92,8 @@ int server_media_b64(const char *s, size_t n, size_t max, uint8_t **out, size_t 
     return 0;
 }
 
-int server_media_prompt(server_model *r, const char *text, const server_media *m, int32_t **ids, int32_t *n, server_prompt_media *pm,
-                    int *status, char *err, size_t cap) {
+int server_media_prompt(server_model *r, const char *text, const server_media *m, int32_t **ids, int32_t *n,
+                        server_prompt_media *pm, int *status, char *err, size_t cap) {
     *ids = NULL;
     *n = 0;
     memset(pm, 0, sizeof *pm);
@@ -109,7 +109,8 @@ int server_media_prompt(server_model *r, const char *text, const server_media *m
     }
     vision_prompt vp;
     memset(&vp, 0, sizeof vp);
-    kiln_status st = model_image_prompt(r->model, text, strlen(text), server_add_bos(r->model, text, 1), 1, in, m->n, &vp);
+    kiln_status st =
+        model_image_prompt(r->model, text, strlen(text), server_add_bos(r->model, text, 1), 1, in, m->n, &vp);
     free(in);
     if (st != KILN_OK) {
         *status = st == KILN_ERR_NOMEM || st == KILN_ERR_INTERNAL ? 500 : 400;
@@ -399,7 +400,7 @@ static int has_images(json_t *msg) {
 }
 
 int server_media_chat(server_model *r, json_t *messages, json_t **rewritten, server_media *out, int *status, char *err,
-                  size_t cap) {
+                      size_t cap) {
     take t;
     take_init(&t, r, out, err, cap);
     *rewritten = NULL;
@@ -429,7 +430,8 @@ int server_media_chat(server_model *r, json_t *messages, json_t **rewritten, ser
         char where[96];
         snprintf(where, sizeof where, "messages[%zu].images", i);
         if (images && !json_is_null(images) && ollama_images(&t, images, where, &text)) rc = -1;
-        if (!rc && json_is_string(content)) server_buf_put(&text, json_string_value(content), json_string_length(content));
+        if (!rc && json_is_string(content))
+            server_buf_put(&text, json_string_value(content), json_string_length(content));
         json_array_foreach(content, k, part) {
             if (rc) break;
             snprintf(where, sizeof where, "messages[%zu].content[%zu]", i, k);

@@ -55,7 +55,8 @@ int server_media_model_ok(server_model *r);
  * without a projector; 413: over the byte limit; 500: out of memory) and
  * a message in err; param is the field to name.  The model is asked
  * before any URL is fetched. */
-int server_media_chat(server_model *r, json_t *messages, json_t **rewritten, server_media *out, int *status, char *err, size_t cap);
+int server_media_chat(server_model *r, json_t *messages, json_t **rewritten, server_media *out, int *status, char *err,
+                      size_t cap);
 
 /* /api/generate's "images" (an array of base64 strings, or NULL): 0 when
  * none, 1 with out filled, -1 as server_media_chat. */
@@ -73,8 +74,8 @@ int server_media_fetch(const char *url, size_t max, uint8_t **out, size_t *len, 
  * m's images to tokens (an image's are negative) and what server_start takes
  * beside them (the image tokens' embedding rows, M-RoPE positions).  -1 with *status and err as server_media_chat (400: an image
  * that does not decode, markers that do not match the images). */
-int server_media_prompt(server_model *r, const char *text, const server_media *m, int32_t **ids, int32_t *n, server_prompt_media *pm,
-                    int *status, char *err, size_t cap);
+int server_media_prompt(server_model *r, const char *text, const server_media *m, int32_t **ids, int32_t *n,
+                        server_prompt_media *pm, int *status, char *err, size_t cap);
 
 /* Decodes base64 (the standard alphabet, padding optional, line breaks
  * and spaces skipped) into a base_malloc'd buffer.  -1 on a character

@@ -79,7 +79,8 @@ static int document_text(json_t *blk, size_t i, server_buf *b, char *err, size_t
         }
     }
     if (!strcmp(st, "content"))
-        return server_xapi_text(json_object_get(src, "content"), b, msg_parts, "messages: a document's content", err, cap);
+        return server_xapi_text(json_object_get(src, "content"), b, msg_parts, "messages: a document's content", err,
+                                cap);
     json_t *data = json_object_get(src, "data");
     if (!json_is_string(data)) {
         snprintf(err, cap, "messages: document block %zu: a text source needs its 'data' as a string", i);
@@ -134,7 +135,8 @@ static int user_turn(json_t *content, json_t *msgs, char *err, size_t cap) {
         } else if (t && !strcmp(t, "image")) {
             if (!parts) parts = json_array();
             if (text.len) {
-                json_array_append_new(parts, json_pack("{s:s,s:o}", "type", "text", "text", server_jstr(text.p, text.len)));
+                json_array_append_new(parts,
+                                      json_pack("{s:s,s:o}", "type", "text", "text", server_jstr(text.p, text.len)));
                 text.len = 0;
             }
             json_array_append(parts, blk);

@@ -62,8 +62,8 @@ static void render_hist(server_buf *o, const char *name, const char *help, const
         cum += h->n[i];
         server_buf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, b[i], (unsigned long long)cum);
     }
-    server_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count,
-                  name, h->sum, name, (unsigned long long)h->count);
+    server_buf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                      (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
 }
 
 void server_metrics_render(server_srv *s, server_buf *o) {
@@ -119,25 +119,26 @@ void server_metrics_render(server_srv *s, server_buf *o) {
         server_counts tot;
         server_model_counts(r, live ? &gs : NULL, &tot);
         server_buf_printf(&f[HIT], "kiln_prefix_cache_hits_total{model_name=\"%s\"} %llu\n", m,
-                      (unsigned long long)tot.hit_tokens);
+                          (unsigned long long)tot.hit_tokens);
         server_buf_printf(&f[LOOK], "kiln_prefix_cache_queries_total{model_name=\"%s\"} %llu\n", m,
-                      (unsigned long long)tot.lookup_tokens);
+                          (unsigned long long)tot.lookup_tokens);
         server_buf_printf(&f[LOADED], "kiln_model_loaded{model_name=\"%s\"} %d\n", m, r->state == SERVER_M_READY);
         if (s->cfg.spec.type != KILN_SPEC_NONE && r->family == KILN_ENGINE_LLM) {
             const gen_spec_stats *sp = &tot.spec;
             server_buf_printf(&f[SP_DRAFT], "kiln_spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n", m,
-                          (unsigned long long)sp->n_drafted);
+                              (unsigned long long)sp->n_drafted);
             server_buf_printf(&f[SP_ACC], "kiln_spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n", m,
-                          (unsigned long long)sp->n_accepted);
+                              (unsigned long long)sp->n_accepted);
             server_buf_printf(&f[SP_STEPS], "kiln_spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n", m,
-                          (unsigned long long)sp->n_steps);
+                              (unsigned long long)sp->n_steps);
             server_buf_printf(&f[SP_RATE], "kiln_spec_decode_acceptance_rate{model_name=\"%s\"} %.6f\n", m,
-                          sp->n_drafted ? (double)sp->n_accepted / (double)sp->n_drafted : 0.0);
+                              sp->n_drafted ? (double)sp->n_accepted / (double)sp->n_drafted : 0.0);
             for (int k = 0; k < GEN_DRAFT_MAX; k++)
-                server_buf_printf(&f[SP_POS],
-                              "kiln_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\",position=\"%d\"} "
-                              "%llu\n",
-                              m, k + 1, (unsigned long long)sp->n_accepted_at[k]);
+                server_buf_printf(
+                    &f[SP_POS],
+                    "kiln_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\",position=\"%d\"} "
+                    "%llu\n",
+                    m, k + 1, (unsigned long long)sp->n_accepted_at[k]);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -152,35 +153,35 @@ void server_metrics_render(server_srv *s, server_buf *o) {
     memcpy(st, g_status, sizeof st);
     pthread_mutex_unlock(&g_mu);
     server_buf_printf(o,
-                  "# HELP kiln_prompt_tokens_total Prompt tokens of finished requests.\n"
-                  "# TYPE kiln_prompt_tokens_total counter\nkiln_prompt_tokens_total %llu\n"
-                  "# HELP kiln_prompt_tokens_cached_total Of those, taken from the prefix cache.\n"
-                  "# TYPE kiln_prompt_tokens_cached_total counter\nkiln_prompt_tokens_cached_total %llu\n"
-                  "# HELP kiln_generation_tokens_total Generated tokens of finished requests.\n"
-                  "# TYPE kiln_generation_tokens_total counter\nkiln_generation_tokens_total %llu\n",
-                  (unsigned long long)p, (unsigned long long)cch, (unsigned long long)gen);
+                      "# HELP kiln_prompt_tokens_total Prompt tokens of finished requests.\n"
+                      "# TYPE kiln_prompt_tokens_total counter\nkiln_prompt_tokens_total %llu\n"
+                      "# HELP kiln_prompt_tokens_cached_total Of those, taken from the prefix cache.\n"
+                      "# TYPE kiln_prompt_tokens_cached_total counter\nkiln_prompt_tokens_cached_total %llu\n"
+                      "# HELP kiln_generation_tokens_total Generated tokens of finished requests.\n"
+                      "# TYPE kiln_generation_tokens_total counter\nkiln_generation_tokens_total %llu\n",
+                      (unsigned long long)p, (unsigned long long)cch, (unsigned long long)gen);
     server_buf_puts(o, "# HELP kiln_http_responses_total Responses by status class.\n"
-                   "# TYPE kiln_http_responses_total counter\n");
+                       "# TYPE kiln_http_responses_total counter\n");
     for (int i = 1; i < 6; i++)
         server_buf_printf(o, "kiln_http_responses_total{code=\"%dxx\"} %llu\n", i, (unsigned long long)st[i]);
     server_buf_printf(o,
-                  "# HELP kiln_http_head_timeouts_total Connections closed because a request's head did not arrive "
-                  "within --header-timeout.\n# TYPE kiln_http_head_timeouts_total counter\n"
-                  "kiln_http_head_timeouts_total %llu\n",
-                  (unsigned long long)atomic_load(&s->n_cut));
+                      "# HELP kiln_http_head_timeouts_total Connections closed because a request's head did not arrive "
+                      "within --header-timeout.\n# TYPE kiln_http_head_timeouts_total counter\n"
+                      "kiln_http_head_timeouts_total %llu\n",
+                      (unsigned long long)atomic_load(&s->n_cut));
     server_buf_printf(o,
-                  "# HELP kiln_template_renders_running Chat template renders running now.\n"
-                  "# TYPE kiln_template_renders_running gauge\nkiln_template_renders_running %d\n"
-                  "# HELP kiln_template_renders_cancelled_total Chat template renders stopped because their client "
-                  "disconnected.\n# TYPE kiln_template_renders_cancelled_total counter\n"
-                  "kiln_template_renders_cancelled_total %llu\n"
-                  "# HELP kiln_template_budget_exceeded_total Chat template renders that went over a budget.\n"
-                  "# TYPE kiln_template_budget_exceeded_total counter\n",
-                  atomic_load(&s->n_renders), (unsigned long long)atomic_load(&s->n_render_cancelled));
+                      "# HELP kiln_template_renders_running Chat template renders running now.\n"
+                      "# TYPE kiln_template_renders_running gauge\nkiln_template_renders_running %d\n"
+                      "# HELP kiln_template_renders_cancelled_total Chat template renders stopped because their client "
+                      "disconnected.\n# TYPE kiln_template_renders_cancelled_total counter\n"
+                      "kiln_template_renders_cancelled_total %llu\n"
+                      "# HELP kiln_template_budget_exceeded_total Chat template renders that went over a budget.\n"
+                      "# TYPE kiln_template_budget_exceeded_total counter\n",
+                      atomic_load(&s->n_renders), (unsigned long long)atomic_load(&s->n_render_cancelled));
     static const char *const budget[3] = {"steps", "output", "memory"};
     for (int i = 0; i < 3; i++)
         server_buf_printf(o, "kiln_template_budget_exceeded_total{budget=\"%s\"} %llu\n", budget[i],
-                      (unsigned long long)atomic_load(&s->n_render_over[i]));
+                          (unsigned long long)atomic_load(&s->n_render_over[i]));
     render_hist(o, "kiln_time_to_first_token_seconds", "From arrival to the first generated token.", &ttft, k_ttft_b,
                 NB_TTFT);
     render_hist(o, "kiln_inter_token_latency_seconds", "Between consecutive generated tokens.", &itl, k_itl_b, NB_ITL);

@@ -124,13 +124,13 @@ static void status_cb(kiln_engine *e, const kiln_engine_event *ev, void *user) {
             else
                 snprintf(where, sizeof where, "CPU %s", kiln_cpu_path());
             server_logf(s, "%s ready (generation, %d tokens x %d sequences, %s, loaded in %.2f s)", m->name, m->n_ctx,
-                    s->cfg.parallel, where, m->load_seconds);
+                        s->cfg.parallel, where, m->load_seconds);
         } else {
             server_logf(s, "%s ready (%s, loaded in %.2f s)", m->name,
-                    m->family == KILN_ENGINE_EMBEDDING ? "embeddings"
-                    : m->family == KILN_ENGINE_RERANK  ? "reranking"
-                                                       : "speech to text",
-                    m->load_seconds);
+                        m->family == KILN_ENGINE_EMBEDDING ? "embeddings"
+                        : m->family == KILN_ENGINE_RERANK  ? "reranking"
+                                                           : "speech to text",
+                        m->load_seconds);
         }
         break;
     }
@@ -398,12 +398,13 @@ static int start_load(server_srv *s, server_model *m, char *msg, size_t cap) {
 
 /* ---- uses ---- */
 
-server_model *server_model_use(server_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap) {
+server_model *server_model_use(server_srv *s, const char *name, int task, double *load_wait, int *status, char *msg,
+                               size_t cap) {
     return server_model_use_ctx(s, name, task, 0, load_wait, status, msg, cap);
 }
 
-server_model *server_model_use_ctx(server_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait, int *status,
-                           char *msg, size_t cap) {
+server_model *server_model_use_ctx(server_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait,
+                                   int *status, char *msg, size_t cap) {
     if (load_wait) *load_wait = 0;
     if (atomic_load(&s->draining)) {
         *status = 503;
@@ -523,7 +524,8 @@ static void *keeper_main(void *arg) {
     while (!s->quit) {
         const double now = server_now();
         for (server_model *m = s->models; m; m = m->next)
-            if (m->state == SERVER_M_READY && m->users == 0 && m->keep_alive >= 0 && now >= m->last_used + m->keep_alive)
+            if (m->state == SERVER_M_READY && m->users == 0 && m->keep_alive >= 0 &&
+                now >= m->last_used + m->keep_alive)
                 unload_locked(m);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

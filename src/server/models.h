@@ -22,14 +22,15 @@ void server_models_free(server_srv *s);
  * model is a 400).  Takes a use, which server_model_done drops.  *load_wait
  * (optional) receives the seconds spent waiting for a load.  NULL with an
  * HTTP status and message. */
-server_model *server_model_use(server_srv *s, const char *name, int task, double *load_wait, int *status, char *msg, size_t cap);
+server_model *server_model_use(server_srv *s, const char *name, int task, double *load_wait, int *status, char *msg,
+                               size_t cap);
 /* The same with Ollama's num_ctx (tokens per sequence; 0: whatever is
  * loaded): a generator loaded for another num_ctx is reloaded with this
  * one once its running requests end, as Ollama reloads a runner whose
  * context differs (a context larger than the KV memory budget holds gets
  * what it holds). */
-server_model *server_model_use_ctx(server_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait, int *status,
-                           char *msg, size_t cap);
+server_model *server_model_use_ctx(server_srv *s, const char *name, int task, int32_t num_ctx, double *load_wait,
+                                   int *status, char *msg, size_t cap);
 /* The name of the first -m model of family in out; -1 when there is none. */
 int server_model_first(server_srv *s, kiln_engine_family_id family, char *out, size_t cap);
 /* m's counters since the server started: earlier loads' plus live (the

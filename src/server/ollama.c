@@ -100,8 +100,9 @@ static int ps(server_srv *s, struct MHD_Connection *c, json_t *body) {
             json_t *e = tag_entry(r->name, r->weight_bytes, r->digest, 0, server_model_details(r));
             json_object_del(e, "modified_at"); /* not part of Ollama's /api/ps */
             char t[40];
-            double exp = r->keep_alive < 0 ? 4102444800.0 /* 2100: "forever" */
-                                           : server_wall() + r->keep_alive - (r->users ? 0 : server_now() - r->last_used);
+            double exp = r->keep_alive < 0
+                             ? 4102444800.0 /* 2100: "forever" */
+                             : server_wall() + r->keep_alive - (r->users ? 0 : server_now() - r->last_used);
             iso(exp, t, sizeof t);
             json_object_set_new(e, "expires_at", json_string(t));
             json_object_set_new(e, "size_vram", json_integer((json_int_t)r->vram_bytes));
@@ -189,7 +190,8 @@ static int generate(server_srv *s, struct MHD_Connection *c, json_t *body) {
                 json_decref(j);
                 return server_oll_error(c, 400, "'num_ctx' must be an integer of 1 to 16777216 tokens");
             }
-            server_model *r = server_model_use_ctx(s, name, SERVER_TASK_GENERATE, num_ctx, &load_wait, &status, msg, sizeof msg);
+            server_model *r =
+                server_model_use_ctx(s, name, SERVER_TASK_GENERATE, num_ctx, &load_wait, &status, msg, sizeof msg);
             if (!r) {
                 json_decref(j);
                 return server_oll_error(c, status, msg);
@@ -392,7 +394,9 @@ static int version(server_srv *s, struct MHD_Connection *c, json_t *body) {
     return server_send_json(c, 200, j);
 }
 
-static int chat(server_srv *s, struct MHD_Connection *c, json_t *body) { return server_chat_common(s, c, body, SERVER_F_OLL_CHAT); }
+static int chat(server_srv *s, struct MHD_Connection *c, json_t *body) {
+    return server_chat_common(s, c, body, SERVER_F_OLL_CHAT);
+}
 
 static int embed(server_srv *s, struct MHD_Connection *c, json_t *body) { return server_embed_ollama(s, c, body, 0); }
 

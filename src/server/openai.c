@@ -86,7 +86,9 @@ static int models(server_srv *s, struct MHD_Connection *c, json_t *body) {
     return server_send_json(c, 200, j);
 }
 
-static int chat(server_srv *s, struct MHD_Connection *c, json_t *body) { return server_chat_common(s, c, body, SERVER_F_OAI_CHAT); }
+static int chat(server_srv *s, struct MHD_Connection *c, json_t *body) {
+    return server_chat_common(s, c, body, SERVER_F_OAI_CHAT);
+}
 
 static int completions(server_srv *s, struct MHD_Connection *c, json_t *body) {
     server_gen_opts o;
@@ -94,15 +96,18 @@ static int completions(server_srv *s, struct MHD_Connection *c, json_t *body) {
     if (server_parse_opts(c, body, 0, &o, &rc)) return rc;
     json_t *p = json_object_get(body, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
-    if (json_is_string(p)) return server_generate_common(s, c, body, SERVER_F_OAI_COMPL, json_string_value(p), NULL, &o, NAN);
+    if (json_is_string(p))
+        return server_generate_common(s, c, body, SERVER_F_OAI_COMPL, json_string_value(p), NULL, &o, NAN);
     if (json_is_array(p) && json_array_size(p) && json_is_integer(json_array_get(p, 0)))
         return server_generate_common(s, c, body, SERVER_F_OAI_COMPL, NULL, p, &o, NAN);
     return server_send_error(c, 400, "invalid_request_error",
-                         "'prompt' must be a string or an array of token ids (one prompt per request)", "prompt");
+                             "'prompt' must be a string or an array of token ids (one prompt per request)", "prompt");
 }
 
 static int messages(server_srv *s, struct MHD_Connection *c, json_t *body) { return server_msg_handle(s, c, body, 0); }
-static int count_tokens(server_srv *s, struct MHD_Connection *c, json_t *body) { return server_msg_handle(s, c, body, 1); }
+static int count_tokens(server_srv *s, struct MHD_Connection *c, json_t *body) {
+    return server_msg_handle(s, c, body, 1);
+}
 
 static const server_route routes[] = {
     {"GET", "/v1/models", models, NULL},
@@ -111,7 +116,8 @@ static const server_route routes[] = {
     {"POST", "/v1/completions", completions, NULL},
     {"POST", "/v1/embeddings", server_embed_openai, NULL},
     {"POST", "/v1/images/generations", server_oai_images, NULL},
-    {"POST", "/v1/audio/", NULL, server_audio_route}, /* transcriptions, translations (a path ending in / is a prefix) */
+    {"POST", "/v1/audio/", NULL,
+     server_audio_route}, /* transcriptions, translations (a path ending in / is a prefix) */
     {"POST", "/v1/responses", server_resp_handle, NULL},
     {"POST", "/v1/messages", messages, NULL},
     {"POST", "/v1/messages/count_tokens", count_tokens, NULL},

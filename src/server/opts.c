@@ -227,3 +227,50 @@ int server_oll_format(const json_t *fmt, server_gen_opts *o, struct MHD_Connecti
     *rc = server_oll_error(c, 400, msg);
     return -1;
 }
+
+/* OpenAI's tool_choice: "auto" (or none given) lets the model choose;
+ * "none" neither shows the tools to the model nor reads its output as
+ * calls; "required" and a named function constrain the output to one call
+ * in the template's <tool_call> syntax (sample/call.c), its arguments held
+ * to the tool's parameters. */
+int server_tool_choice(const json_t *v, const json_t *tools, int *off, json_t **force, char *msg, size_t cap) {
+    const char *s = json_string_value(v);
+    *force = NULL;
+    if (!v || json_is_null(v) || (s && !strcmp(s, "auto"))) return 0;
+    if (s && !strcmp(s, "none")) {
+        *off = 1;
+        return 0;
+    }
+    const char *want = NULL;
+    if (json_is_object(v)) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        want = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
+        if (!type || strcmp(type, "function") || !want) {
+            snprintf(msg, cap,
+                     "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return -1;
+        }
+    } else if (!s || strcmp(s, "required")) {
+        snprintf(msg, cap, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+        return -1;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!name || (type && strcmp(type, "function"))) continue;
+        if (!want || !strcmp(want, name)) json_array_append(out, t);
+    }
+    if (!json_array_size(out)) {
+        json_decref(out);
+        if (want)
+            snprintf(msg, cap, "'tool_choice' names the function '%s', which is not among 'tools'", want);
+        else
+            snprintf(msg, cap, "'tool_choice' is \"required\" but 'tools' offers no function");
+        return -1;
+    }
+    *force = out;
+    return 0;
+}

@@ -166,7 +166,7 @@ static void render_failed(server_srv *s, json_t *messages, json_t *tools, char *
 }
 
 char *server_render_chat(server_model *r, json_t *messages, json_t *tools, int think, const chat_opts *opts, char *err,
-                     size_t cap) {
+                         size_t cap) {
     const char *src = kiln_model_chat_template(r->model);
     snprintf(err, cap, "the chat template failed");
     if (!json_is_array(messages) || json_array_size(messages) == 0) {
@@ -205,7 +205,8 @@ char *server_render_chat(server_model *r, json_t *messages, json_t *tools, int t
         json_t *msgs = server_chat_normalize(messages);
         atomic_fetch_add(&s->n_renders, 1);
         char *out;
-        if (chat_gotmpl_render_chat_opts(k->go, msgs, tools, think, &ro, &out)) snprintf(err, cap, "%s", kiln_last_error());
+        if (chat_gotmpl_render_chat_opts(k->go, msgs, tools, think, &ro, &out))
+            snprintf(err, cap, "%s", kiln_last_error());
         atomic_fetch_sub(&s->n_renders, 1);
         json_decref(msgs);
         if (!out) render_failed(s, messages, tools, err, cap);

@@ -19,7 +19,7 @@ json_t *server_chat_normalize(json_t *messages);
  * render's budgets and cancel check (template.h; NULL: the defaults; a
  * max_steps of 0 takes the server's --template-steps). */
 char *server_render_chat(server_model *r, json_t *messages, json_t *tools, int think, const chat_opts *opts, char *err,
-                     size_t cap);
+                         size_t cap);
 /* The HTTP status for a render's err: 500 when the template engine ran out
  * of memory (the engines' message says "out of memory") or the template
  * went over a budget of its render (template.h: the model's template is

@@ -129,7 +129,8 @@ int server_send_error(struct MHD_Connection *c, int status, const char *type, co
     return server_send_error_body(c, status, server_error_body(thread_api, type, msg, param));
 }
 
-int server_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param) {
+int server_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg,
+                 const char *param) {
     if (!ollama) return server_send_error(c, status, type, msg, param);
     return server_send_error_body(c, status, server_error_body(SERVER_API_OLLAMA, type, msg, param));
 }

@@ -15,7 +15,8 @@ int server_send_json(struct MHD_Connection *c, int status, json_t *j); /* steals
 int server_send_error(struct MHD_Connection *c, int status, const char *type, const char *msg, const char *param);
 /* An error in the request's API's shape: Ollama's {"error": msg} when
  * ollama, else OpenAI's {"error": {"message", "type", "param", "code"}}. */
-int server_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg, const char *param);
+int server_error(struct MHD_Connection *c, int ollama, int status, const char *type, const char *msg,
+                 const char *param);
 int server_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len, int copy);
 /* 1 when the client has gone away. */
 int server_conn_gone(struct MHD_Connection *c);

@@ -108,11 +108,11 @@ int server_rerank(server_srv *s, struct MHD_Connection *c, json_t *body) {
     server_reqlog_model(server_reqlog_current(), m ? m->name : name);
     if (!m) {
         rc = server_send_error(c, status,
-                           status == 404   ? "not_found_error"
-                           : status == 400 ? "invalid_request_error"
-                           : status == 503 ? "unavailable_error"
-                                           : "server_error",
-                           msg, "model");
+                               status == 404   ? "not_found_error"
+                               : status == 400 ? "invalid_request_error"
+                               : status == 503 ? "unavailable_error"
+                                               : "server_error",
+                               msg, "model");
         goto done;
     }
     kiln_rerank_request req = {json_string_value(q), json_string_length(q), (int32_t)n, dt, dl, !json_is_false(tr)};
@@ -122,10 +122,10 @@ int server_rerank(server_srv *s, struct MHD_Connection *c, json_t *body) {
     if (st != KILN_OK) {
         const int client = st == KILN_ERR_CONTEXT_FULL || st == KILN_ERR_INVALID_ARG || st == KILN_ERR_CANCELLED;
         rc = server_send_error(c,
-                           client                 ? 400
-                           : st == KILN_ERR_STATE ? 503
-                                                  : 500,
-                           client ? "invalid_request_error" : "server_error", kiln_last_error(), NULL);
+                               client                 ? 400
+                               : st == KILN_ERR_STATE ? 503
+                                                      : 500,
+                               client ? "invalid_request_error" : "server_error", kiln_last_error(), NULL);
         goto done;
     }
     const kiln_rerank_scores *r = kiln_rerank_result(job);

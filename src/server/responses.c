@@ -173,7 +173,7 @@ int server_resp_translate(json_t *body, server_xreq *x, char *err, size_t cap, c
     } else if (json_is_array(input) && json_array_size(input)) {
         size_t i;
         json_t *it;
-        int open = 0;         /* the last message is an assistant turn calls may join */
+        int open = 0;             /* the last message is an assistant turn calls may join */
         server_buf pending = {0}; /* reasoning for the next assistant turn */
         int have_pending = 0;
         json_array_foreach(input, i, it) {

@@ -113,11 +113,12 @@ static int force_setup(server_req *q, server_model *r, const server_gen_opts *o,
         snprintf(msg, cap, "a forced call is not available for the %s call form", server_callfmt_name(fmt));
         return -1;
     }
-    const int bad = fmt != SERVER_CF_TAG
-                        ? sample_call_init_form(&q->call, &q->call_form, (const char *const *)q->call_names,
-                                                (const sample_schema *const *)q->call_schemas, q->n_call, o->force_think)
-                        : sample_call_init(&q->call, (const char *const *)q->call_names,
-                                           (const sample_schema *const *)q->call_schemas, q->n_call, o->force_think);
+    const int bad =
+        fmt != SERVER_CF_TAG
+            ? sample_call_init_form(&q->call, &q->call_form, (const char *const *)q->call_names,
+                                    (const sample_schema *const *)q->call_schemas, q->n_call, o->force_think)
+            : sample_call_init(&q->call, (const char *const *)q->call_names,
+                               (const sample_schema *const *)q->call_schemas, q->n_call, o->force_think);
     if (bad) {
         snprintf(msg, cap,
                  "a forced call takes 1..%d tools with distinct names free of quotes, backslashes and "
@@ -131,7 +132,7 @@ static int force_setup(server_req *q, server_model *r, const server_gen_opts *o,
 }
 
 server_req *server_start(server_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, server_prompt_media *pm,
-                 const server_gen_opts *o, int *rc) {
+                         const server_gen_opts *o, int *rc) {
     server_prompt_media media = {0};
     if (pm) {
         media = *pm;
@@ -250,7 +251,7 @@ server_req *server_start(server_model *r, struct MHD_Connection *c, int32_t *ids
 
 /* indexed by SERVER_F_* */
 static const server_xw_ops *const shapes[] = {&server_oai_chat_ops, &server_oai_compl_ops, &server_oll_gen_ops,
-                                          &server_oll_chat_ops, &server_resp_ops,      &server_msg_ops};
+                                              &server_oll_chat_ops, &server_resp_ops,      &server_msg_ops};
 _Static_assert(sizeof shapes / sizeof *shapes == SERVER_F_COUNT, "a writer per shape");
 
 typedef struct run {
@@ -325,7 +326,8 @@ static int run_fill(server_stream *st) {
 
 static void run_cleanup(server_stream *st) { run_free(st->user); }
 
-int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_req *q, const server_run_args *a, const server_gen_opts *o) {
+int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_req *q, const server_run_args *a,
+               const server_gen_opts *o) {
     const server_xw_ops *ops = shapes[a->format];
     run *u = calloc(1, sizeof *u);
     server_stream *st = a->stream ? calloc(1, sizeof *st) : NULL;
@@ -377,7 +379,8 @@ int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_
     if (ops->flags & SERVER_XW_RAW) u->g.harmony = 0;
     u->g.on_text = on_text;
     u->g.on_tool = ops->call ? on_tool : NULL;
-    if ((ops->flags & SERVER_XW_PARTS) && (st || !(ops->flags & SERVER_XW_PARTS_STREAM))) u->g.on_tool_part = on_tool_part;
+    if ((ops->flags & SERVER_XW_PARTS) && (st || !(ops->flags & SERVER_XW_PARTS_STREAM)))
+        u->g.on_tool_part = on_tool_part;
     u->g.user = u;
     if (st) {
         if (ops->start) ops->start(w);
@@ -395,8 +398,8 @@ int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_
     finish(u);
     /* a result the writer could not make: the reply did not fit in memory */
     const char *err = u->g.finish == SERVER_FIN_ERROR ? (u->g.err[0] ? u->g.err : "generation failed")
-                      : !w->result                ? "out of memory"
-                                                  : NULL;
+                      : !w->result                    ? "out of memory"
+                                                      : NULL;
     const int rc = err ? server_send_error_body(c, 500, server_error_body(ops->api, "server_error", err, NULL))
                        : server_send_json(c, 200, json_incref(w->result));
     run_free(u);
@@ -435,7 +438,7 @@ static int handle(server_srv *s, struct MHD_Connection *c, json_t *body, int res
     int off = 0;
     json_t *force = NULL;
     if (server_tool_choice(json_object_get(x.chat, "tool_choice"), json_object_get(x.chat, "tools"), &off, &force, err,
-                       sizeof err)) {
+                           sizeof err)) {
         server_xreq_free(&x);
         return server_send_error(c, 400, "invalid_request_error", err, "tool_choice");
     }
@@ -469,9 +472,9 @@ static int run_model(server_srv *s, struct MHD_Connection *c, json_t *body, int 
     if (server_media_chat(r, json_object_get(x.chat, "messages"), &marked, &media, &mstatus, err, sizeof err) < 0) {
         server_model_done(r, NAN);
         return server_send_error(c, mstatus, status_type(mstatus), err,
-                             mstatus == 500 ? NULL
-                             : resp         ? "input"
-                                            : "messages");
+                                 mstatus == 500 ? NULL
+                                 : resp         ? "input"
+                                                : "messages");
     }
     json_t *msgs = server_defaults_messages(r, marked ? marked : json_object_get(x.chat, "messages"));
     json_decref(marked);
@@ -483,7 +486,7 @@ static int run_model(server_srv *s, struct MHD_Connection *c, json_t *body, int 
         server_model_done(r, NAN);
         const int code = server_render_status(err);
         return server_send_error(c, code, code == 500 ? "server_error" : "invalid_request_error", err,
-                             code == 500 ? NULL : "messages");
+                                 code == 500 ? NULL : "messages");
     }
     int32_t n = 0;
     int32_t *ids = NULL;
@@ -493,9 +496,9 @@ static int run_model(server_srv *s, struct MHD_Connection *c, json_t *body, int 
         free(prompt);
         server_model_done(r, NAN);
         return server_send_error(c, mstatus, status_type(mstatus), err,
-                             mstatus == 500 ? NULL
-                             : resp         ? "input"
-                                            : "messages");
+                                 mstatus == 500 ? NULL
+                                 : resp         ? "input"
+                                                : "messages");
     }
     if (!media.n) ids = server_tokenize(r->model, prompt, 1, &n);
     server_media_free(&media);
@@ -519,16 +522,16 @@ static int run_model(server_srv *s, struct MHD_Connection *c, json_t *body, int 
         return rc;
     }
     server_run_args a = {.format = resp ? SERVER_F_RESP : SERVER_F_MSG,
-                     .stream = x.stream,
-                     .include_usage = 0,
-                     .start_think = start_think,
-                     .keep_alive = NAN,
-                     .model = name,
-                     .think_off = 0,
-                     .has_tools = json_array_size(tools) > 0,
-                     .load_wait = load_wait,
-                     .tools = tools,
-                     .echo = resp ? body : NULL};
+                         .stream = x.stream,
+                         .include_usage = 0,
+                         .start_think = start_think,
+                         .keep_alive = NAN,
+                         .model = name,
+                         .think_off = 0,
+                         .has_tools = json_array_size(tools) > 0,
+                         .load_wait = load_wait,
+                         .tools = tools,
+                         .echo = resp ? body : NULL};
     /* the options stay valid: o.stop and tools point into x.chat, which
      * the run references (server_run takes its own) before x goes */
     return server_run(s, r, c, q, &a, &o);
@@ -536,4 +539,6 @@ static int run_model(server_srv *s, struct MHD_Connection *c, json_t *body, int 
 
 int server_resp_handle(server_srv *s, struct MHD_Connection *c, json_t *body) { return handle(s, c, body, 1, 0); }
 
-int server_msg_handle(server_srv *s, struct MHD_Connection *c, json_t *body, int count) { return handle(s, c, body, 0, count); }
+int server_msg_handle(server_srv *s, struct MHD_Connection *c, json_t *body, int count) {
+    return handle(s, c, body, 0, count);
+}

@@ -19,13 +19,21 @@ struct MHD_Connection;
  * over ids and what pm holds (the prompt's image rows; NULL: none), which
  * it empties. */
 server_req *server_start(server_model *r, struct MHD_Connection *c, int32_t *ids, int32_t n, server_prompt_media *pm,
-                 const server_gen_opts *o, int *rc);
+                         const server_gen_opts *o, int *rc);
 /* A request with nothing set (calloc); server_req_free ends one (cancelling
  * it if it runs). */
 server_req *server_req_new(void);
 void server_req_free(server_req *q);
 /* The response shapes, each with its writer (write.h) */
-enum { SERVER_F_OAI_CHAT = 0, SERVER_F_OAI_COMPL, SERVER_F_OLL_GEN, SERVER_F_OLL_CHAT, SERVER_F_RESP, SERVER_F_MSG, SERVER_F_COUNT };
+enum {
+    SERVER_F_OAI_CHAT = 0,
+    SERVER_F_OAI_COMPL,
+    SERVER_F_OLL_GEN,
+    SERVER_F_OLL_CHAT,
+    SERVER_F_RESP,
+    SERVER_F_MSG,
+    SERVER_F_COUNT
+};
 typedef struct server_run_args {
     int format; /* SERVER_F_* */
     int stream;
@@ -41,6 +49,7 @@ typedef struct server_run_args {
 } server_run_args;
 /* Sends q's result (streamed or whole) in the chosen shape through its
  * writer; takes over the request and the model use. */
-int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_req *q, const server_run_args *a, const server_gen_opts *o);
+int server_run(server_srv *s, server_model *r, struct MHD_Connection *c, server_req *q, const server_run_args *a,
+               const server_gen_opts *o);
 
 #endif

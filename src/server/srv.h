@@ -71,11 +71,11 @@ typedef struct server_srv {
     server_config cfg;
     struct MHD_Daemon *mhd;
     int port;
-    pthread_mutex_t mu;  /* the models and their fields */
-    pthread_cond_t cv;   /* broadcast when a model changes */
-    server_model *models;    /* every model named so far, first used first */
-    uint64_t mem_budget; /* what resident models may take without --max-loaded */
-    pthread_t keeper;    /* keep-alive timers */
+    pthread_mutex_t mu;   /* the models and their fields */
+    pthread_cond_t cv;    /* broadcast when a model changes */
+    server_model *models; /* every model named so far, first used first */
+    uint64_t mem_budget;  /* what resident models may take without --max-loaded */
+    pthread_t keeper;     /* keep-alive timers */
     int keeper_started, quit;
     kiln_store *store;
     server_guard guard; /* Host, Origin and public-path rules */

@@ -11,7 +11,7 @@
 typedef struct server_toolscan {
     server_buf name; /* the "name" value, decoded (NUL-terminated) */
     server_buf args; /* "arguments": its JSON text, or a string's decoded characters */
-    int named;   /* name complete and followed by ',' or '}' */
+    int named;       /* name complete and followed by ',' or '}' */
     int args_begun, args_done;
     int closed; /* the object ended */
     int bad;    /* the text broke the JSON or the call's shape; the rest is ignored */
@@ -38,8 +38,8 @@ void server_toolscan_feed(server_toolscan *t, const char *s, size_t n);
  *     </function>
  * The type of a VALUE comes from the offered tool's schema for KEY. */
 typedef struct server_xmlscan {
-    server_buf name;         /* the function's name (NUL-terminated) */
-    server_buf args;         /* the arguments' JSON text so far */
+    server_buf name;     /* the function's name (NUL-terminated) */
+    server_buf args;     /* the arguments' JSON text so far */
     int named;           /* name complete */
     int closed;          /* </function> read */
     int bad;             /* the text broke the form; the rest is ignored */

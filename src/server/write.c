@@ -19,7 +19,7 @@
 /* ---- the common part ---- */
 
 void server_xw_init(server_xw *w, const server_xw_ops *ops, const char *prefix, const char *serial, const char *model,
-                server_buf *out) {
+                    server_buf *out) {
     memset(w, 0, sizeof *w);
     w->ops = ops;
     w->out = out;
@@ -335,7 +335,8 @@ static void oai_finish(server_xw *w, int chat) {
         while (k < w->content.len && strchr(" \t\r\n", content[k])) k++;
         const int calls_only = json_array_size(w->calls) && k == w->content.len;
         json_object_set_new(m, "content", calls_only ? json_null() : server_jstr(content, w->content.len));
-        if (w->reasoning.len) json_object_set_new(m, "reasoning_content", server_jstr(w->reasoning.p, w->reasoning.len));
+        if (w->reasoning.len)
+            json_object_set_new(m, "reasoning_content", server_jstr(w->reasoning.p, w->reasoning.len));
         if (json_array_size(w->calls)) json_object_set(m, "tool_calls", w->calls);
         json_object_set_new(ch, "message", m);
     } else {

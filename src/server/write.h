@@ -31,7 +31,7 @@ enum {
 typedef struct server_xw_ops {
     const char *id_prefix; /* the response id before its serial ("chatcmpl-", "resp_") */
     const char *mime;      /* a stream's content type */
-    server_api api;            /* the shape of an error sent before streaming */
+    server_api api;        /* the shape of an error sent before streaming */
     unsigned flags;        /* SERVER_XW_* */
     /* a stream begins (NULL: nothing before the first piece) */
     void (*start)(server_xw *w);
@@ -55,11 +55,16 @@ typedef struct server_xw_ops {
     void (*ping)(server_xw *w);
 } server_xw_ops;
 
-enum { SERVER_XB_NONE = -1, SERVER_XB_TEXT = SERVER_D_CONTENT, SERVER_XB_REASONING = SERVER_D_REASONING, SERVER_XB_TOOL = 2 };
+enum {
+    SERVER_XB_NONE = -1,
+    SERVER_XB_TEXT = SERVER_D_CONTENT,
+    SERVER_XB_REASONING = SERVER_D_REASONING,
+    SERVER_XB_TOOL = 2
+};
 
 struct server_xw {
     const server_xw_ops *ops;
-    server_buf *out;     /* where events go; NULL: not streaming */
+    server_buf *out; /* where events go; NULL: not streaming */
     char id[64];     /* the response's id ("chatcmpl-...", "resp_...", "msg_...") */
     char serial[40]; /* its unique part, in item and call ids */
     char model[256];
@@ -78,10 +83,10 @@ struct server_xw {
     double t0, load_wait;
     int include_usage; /* OpenAI stream_options.include_usage */
     /* the writer's state */
-    int open;       /* SERVER_XB_* of the open block */
-    int n_tools;    /* tool calls opened */
-    long seq;       /* Responses: the next sequence_number */
-    int sent_role;  /* OpenAI chat: the first delta (with the role) went out */
+    int open;           /* SERVER_XB_* of the open block */
+    int n_tools;        /* tool calls opened */
+    long seq;           /* Responses: the next sequence_number */
+    int sent_role;      /* OpenAI chat: the first delta (with the role) went out */
     server_buf acc;     /* the open block's text or arguments */
     server_buf content; /* OpenAI and Ollama, not streaming: the reply's text */
     server_buf reasoning;
@@ -91,11 +96,13 @@ struct server_xw {
     json_t *result; /* after finish: the whole response (owned) */
 };
 
-extern const server_xw_ops server_oai_chat_ops, server_oai_compl_ops, server_oll_chat_ops, server_oll_gen_ops, server_resp_ops, server_msg_ops;
+extern const server_xw_ops server_oai_chat_ops, server_oai_compl_ops, server_oll_chat_ops, server_oll_gen_ops,
+    server_resp_ops, server_msg_ops;
 
 /* serial is the unique part of the id (hex digits), which is
  * "PREFIX_SERIAL"; out NULL when not streaming. */
-void server_xw_init(server_xw *w, const server_xw_ops *ops, const char *prefix, const char *serial, const char *model, server_buf *out);
+void server_xw_init(server_xw *w, const server_xw_ops *ops, const char *prefix, const char *serial, const char *model,
+                    server_buf *out);
 void server_xw_free(server_xw *w);
 /* The writer's block state: a block (owned) of kind SERVER_XB_* opens; the
  * open block moves to items, and its text accumulator empties. */

@@ -61,8 +61,8 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
     kiln_model_get_info(d, &di);
     if (kiln_token_bos(t) != kiln_token_bos(d) || kiln_token_eos(t) != kiln_token_eos(d)) {
         base_fail(KILN_ERR_INVALID_ARG,
-                "the draft model %s has other special tokens than the target (BOS %d, EOS %d; the target's %d, %d)",
-                path, kiln_token_bos(d), kiln_token_eos(d), kiln_token_bos(t), kiln_token_eos(t));
+                  "the draft model %s has other special tokens than the target (BOS %d, EOS %d; the target's %d, %d)",
+                  path, kiln_token_bos(d), kiln_token_eos(d), kiln_token_bos(t), kiln_token_eos(t));
         return -1;
     }
     const int32_t n = ti.n_vocab < di.n_vocab ? ti.n_vocab : di.n_vocab;
@@ -75,16 +75,16 @@ static int vocab_check(const kiln_model *t, const kiln_model *d, const char *pat
             snprintf(qa, sizeof qa, "%.*s", la < 40 && la >= 0 ? la : 40, a);
             snprintf(qb, sizeof qb, "%.*s", lb < 40 && lb >= 0 ? lb : 40, b);
             base_fail(KILN_ERR_INVALID_ARG,
-                    "the draft model %s has another vocabulary than the target: token %d is \"%s\"%s in the target "
-                    "and \"%s\"%s in the draft",
-                    path, id, qa, kiln_token_is_eog(t, id) ? " (end of generation)" : "", qb,
-                    kiln_token_is_eog(d, id) ? " (end of generation)" : "");
+                      "the draft model %s has another vocabulary than the target: token %d is \"%s\"%s in the target "
+                      "and \"%s\"%s in the draft",
+                      path, id, qa, kiln_token_is_eog(t, id) ? " (end of generation)" : "", qb,
+                      kiln_token_is_eog(d, id) ? " (end of generation)" : "");
             return -1;
         }
     }
     if (ti.n_vocab != di.n_vocab)
         base_log(BASE_LOG_INFO, "draft vocabulary %d tokens, target %d: the %d they share are the same", di.n_vocab,
-               ti.n_vocab, n);
+                 ti.n_vocab, n);
     return 0;
 }
 
@@ -161,7 +161,7 @@ spec_draft *spec_draft_new(const kiln_spec_params *p, kiln_model *m, kiln_contex
         return NULL;
     }
     base_log(BASE_LOG_INFO, "draft model %s: %d layers, %d tokens of context per sequence", p->draft_model, di.n_layer,
-           d->n_ctx);
+             d->n_ctx);
     return d;
 }
 
@@ -188,7 +188,8 @@ void spec_draft_free(spec_draft *d) {
 static int draft_decode(spec_draft *d, int32_t n, gen_ask *asks, int32_t n_asks) {
     kiln_batch b = {n, d->b_tok, NULL, d->b_seq, d->b_want};
     if (kiln_decode(d->c, &b) == KILN_OK) return 0;
-    if (!d->failed) base_log(BASE_LOG_WARN, "the draft model's decode failed (%s); no proposals", kiln_context_error(d->c));
+    if (!d->failed)
+        base_log(BASE_LOG_WARN, "the draft model's decode failed (%s); no proposals", kiln_context_error(d->c));
     d->failed = 1;
     for (int32_t a = 0; a < n_asks; a++) {
         d->going[a] = 0;

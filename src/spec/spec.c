@@ -44,12 +44,13 @@ kiln_status spec_new(const kiln_spec_params *params, kiln_model *m, kiln_context
     kiln_spec_params p = params ? *params : kiln_spec_default_params();
     const kiln_spec_params d = kiln_spec_default_params();
     if (p.n_max <= 0) p.n_max = d.n_max;
-    if (p.n_max > GEN_DRAFT_MAX) return base_fail(KILN_ERR_INVALID_ARG, "--spec-n %d exceeds %d", p.n_max, GEN_DRAFT_MAX);
+    if (p.n_max > GEN_DRAFT_MAX)
+        return base_fail(KILN_ERR_INVALID_ARG, "--spec-n %d exceeds %d", p.n_max, GEN_DRAFT_MAX);
     if (p.ngram_min <= 0) p.ngram_min = d.ngram_min;
     if (p.ngram_max <= 0) p.ngram_max = p.ngram_min > d.ngram_max ? p.ngram_min : d.ngram_max;
     if (p.ngram_min > p.ngram_max || p.ngram_max > SPEC_NGRAM_MAX)
         return base_fail(KILN_ERR_INVALID_ARG, "n-gram lengths %d..%d: need 1 <= min <= max <= %d", p.ngram_min,
-                       p.ngram_max, SPEC_NGRAM_MAX);
+                         p.ngram_max, SPEC_NGRAM_MAX);
     if (p.p_min < 0 || p.p_min > 1) return base_fail(KILN_ERR_INVALID_ARG, "p_min %g is not in [0, 1]", p.p_min);
     spec *s = calloc(1, sizeof *s);
     if (!s) return base_fail(KILN_ERR_NOMEM, "out of memory");

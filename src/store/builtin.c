@@ -54,7 +54,7 @@ kiln_status store_check_whisper(const char *path, const char *artifact, char arc
     kiln_stt *m = NULL;
     if (kiln_stt_load(path, &m) != KILN_OK)
         return base_fail(KILN_ERR_FORMAT, "artifact %s is not a valid whisper.cpp GGML file: %s", artifact,
-                       store_without_path(kiln_last_error(), path));
+                         store_without_path(kiln_last_error(), path));
     kiln_stt_info info;
     kiln_stt_get_info(m, &info);
     snprintf(arch, 64, "whisper");
@@ -106,8 +106,8 @@ kiln_status kiln_builtin_pull(kiln_store *s, const char *name, const char *url, 
         if (strcmp(hex, b->sha1)) {
             kiln_store_remove(s, id);
             return base_fail(KILN_ERR_FORMAT,
-                           "%s: the file from %s has SHA-1 %s, not the published %s; the pack was removed", b->name,
-                           full, hex, b->sha1);
+                             "%s: the file from %s has SHA-1 %s, not the published %s; the pack was removed", b->name,
+                             full, hex, b->sha1);
         }
     }
     if (id_out) memcpy(id_out, id, sizeof id);

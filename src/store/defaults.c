@@ -53,7 +53,8 @@ kiln_status store_check_text(const char *path, const char *role, const char *fil
     size_t len = 0;
     char *txt = store_read_text(path, STORE_TEXT_MAX, &len);
     if (!txt)
-        return base_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file, STORE_TEXT_MAX);
+        return base_fail(KILN_ERR_FORMAT, "artifact %s: cannot read it as text of at most %u bytes", file,
+                         STORE_TEXT_MAX);
     char why[128];
     json_t *v = text_value(role, txt, len, why, sizeof why);
     free(txt);

@@ -132,8 +132,8 @@ void store_sha256_hex(const void *data, size_t len, char hex[STORE_ID_LEN + 1]) 
     to_hex(d, n, hex);
 }
 
-int store_sha256_file(const char *path, char hex[STORE_ID_LEN + 1], struct stat *st_out, kiln_store_progress_fn progress,
-                    void *user, const char *artifact) {
+int store_sha256_file(const char *path, char hex[STORE_ID_LEN + 1], struct stat *st_out,
+                      kiln_store_progress_fn progress, void *user, const char *artifact) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     struct stat st;

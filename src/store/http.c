@@ -65,13 +65,13 @@ kiln_status store_http_error(int kind, long code, const char *error_code, const 
     if (hub && !strcmp(ec, "GatedRepo")) {
         if (!have_token)
             return store_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
-                                   "%s: authentication required: the repository is gated; %s with the token of an "
-                                   "account that accepted its terms",
-                                   what, cred);
+                                     "%s: authentication required: the repository is gated; %s with the token of an "
+                                     "account that accepted its terms",
+                                     what, cred);
         return store_source_fail(KILN_SOURCE_GATED, KILN_ERR_STATE,
-                               "%s: gated: this account has not been granted access yet; accept the repository's "
-                               "terms on its page, then pull again",
-                               what);
+                                 "%s: gated: this account has not been granted access yet; accept the repository's "
+                                 "terms on its page, then pull again",
+                                 what);
     }
     if (hub && (!strcmp(ec, "RepoNotFound") || !strcmp(ec, "RevisionNotFound") || !strcmp(ec, "EntryNotFound"))) {
         const char *thing = ec[0] == 'R' && ec[1] == 'e' && ec[2] == 'p' ? "repository"
@@ -79,29 +79,30 @@ kiln_status store_http_error(int kind, long code, const char *error_code, const 
                                                                          : "file";
         if (!strcmp(ec, "RepoNotFound") && !have_token)
             return store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
-                                   "%s: not found (the repository may be private: %s if you have access)", what, cred);
+                                     "%s: not found (the repository may be private: %s if you have access)", what,
+                                     cred);
         return store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: %s not found%s", what, thing,
-                               !strcmp(ec, "RepoNotFound") ? " (or private, and this token has no access)" : "");
+                                 !strcmp(ec, "RepoNotFound") ? " (or private, and this token has no access)" : "");
     }
     if (code == 401) {
         if (!have_token)
             return store_source_fail(KILN_SOURCE_AUTH_REQUIRED, KILN_ERR_STATE,
-                                   "%s: authentication required (HTTP 401): %s", what, cred);
+                                     "%s: authentication required (HTTP 401): %s", what, cred);
         return store_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied: the token was refused (HTTP 401)",
-                               what);
+                                 what);
     }
     if (code == 403)
         return store_source_fail(KILN_SOURCE_DENIED, KILN_ERR_STATE, "%s: denied (HTTP 403)%s", what,
-                               have_token ? ": the token lacks access" : "");
+                                 have_token ? ": the token lacks access" : "");
     if (code == 404 || code == 410)
         return store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND,
-                               "%s: not found (HTTP %ld; it may be private%s)", what, code,
-                               have_token ? ""
-                               : hub      ? ": set HF_TOKEN if you have access"
-                                          : "");
+                                 "%s: not found (HTTP %ld; it may be private%s)", what, code,
+                                 have_token ? ""
+                                 : hub      ? ": set HF_TOKEN if you have access"
+                                            : "");
     if (code == 408 || code == 429 || code >= 500)
         return store_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
-                               "%s: the server kept failing (HTTP %ld); try again later", what, code);
+                                 "%s: the server kept failing (HTTP %ld); try again later", what, code);
     return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: HTTP %ld", what, code);
 }
 
@@ -134,7 +135,8 @@ kiln_status store_url_origin(const char *url, char *origin, size_t cap) {
     } else if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK && user) {
         st = base_fail(KILN_ERR_INVALID_ARG, "%s: credentials in a URL are refused (use --header or --token)", shown);
     } else if (strcasecmp(scheme, "https") &&
-               !(!strcasecmp(scheme, "http") && (store_is_loopback(host) || store_env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
+               !(!strcasecmp(scheme, "http") &&
+                 (store_is_loopback(host) || store_env_long("KILN_ALLOW_HTTP", 0, 0, 1)))) {
         st = base_fail(KILN_ERR_INVALID_ARG, "%s: only HTTPS (or HTTP to this machine) is allowed", shown);
     } else {
         snprintf(origin, cap, "%s://%s:%s", scheme, host, port);
@@ -430,7 +432,7 @@ kiln_status store_http_get(store_http *h, const store_net *net) {
         }
         if (h->overflow) {
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the answer exceeds %zu bytes", what,
-                                 h->max_body);
+                                   h->max_body);
             break;
         }
         if (h->range_ignored) break; /* the caller decides: unverified */
@@ -468,7 +470,7 @@ kiln_status store_http_get(store_http *h, const store_net *net) {
             store_url_clean(errbuf[0] ? errbuf : curl_easy_strerror(rc), reason, sizeof reason);
         if (++attempts >= (net ? net->max_attempts : 1)) {
             st = store_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
-                                 "%s: giving up after %d attempts (%s); try again later", what, attempts, reason);
+                                   "%s: giving up after %d attempts (%s); try again later", what, attempts, reason);
             break;
         }
         long delay = net ? store_net_delay(net, attempts) : 1000;

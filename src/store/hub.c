@@ -44,7 +44,9 @@ typedef struct hub_ref {
     char rev[129];   /* "" = main */
 } hub_ref;
 
-int store_hub_ref(const char *ref) { return !strncasecmp(ref, "hf.co/", 6) || !strncasecmp(ref, "huggingface.co/", 15); }
+int store_hub_ref(const char *ref) {
+    return !strncasecmp(ref, "hf.co/", 6) || !strncasecmp(ref, "huggingface.co/", 15);
+}
 
 /* ORG and REPO: [A-Za-z0-9._-], a letter or digit at both ends, no "--"
  * or "..", at most 96 bytes (the hub's own rules). */
@@ -123,8 +125,8 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
     }
     char *s1 = strchr(buf, '/');
     if (!s1)
-        return base_fail(KILN_ERR_INVALID_ARG, "%s: expected %s/ORG/REPO[:QUANT] or %s/ORG/REPO/FILE.gguf", ref, r->host,
-                       r->host);
+        return base_fail(KILN_ERR_INVALID_ARG, "%s: expected %s/ORG/REPO[:QUANT] or %s/ORG/REPO/FILE.gguf", ref,
+                         r->host, r->host);
     *s1 = 0;
     char *repo = s1 + 1, *s2 = strchr(repo, '/');
     if (s2) {
@@ -132,7 +134,8 @@ static kiln_status parse_ref(const char *ref, hub_ref *r) {
         snprintf(r->path, sizeof r->path, "%s", s2 + 1);
         if (!repo_path_ok(r->path) || !(ends_with_ci(r->path, ".gguf") || ends_with_ci(r->path, ".bin")))
             return base_fail(KILN_ERR_INVALID_ARG,
-                           "%s: the file must be a relative path ending in .gguf (or .bin, a whisper.cpp model)", ref);
+                             "%s: the file must be a relative path ending in .gguf (or .bin, a whisper.cpp model)",
+                             ref);
     } else {
         char *colon = strchr(repo, ':');
         if (colon) {
@@ -236,8 +239,8 @@ static kiln_status get_commit(hub_ctx *c, const hub_ref *r, char commit[41]) {
         for (size_t i = 0; ok && i < n; i++) ok = isxdigit((unsigned char)sha[i]) && !isupper((unsigned char)sha[i]);
         if (!ok)
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the hub named no commit for revision '%s'", c->what,
-                                 r->rev[0] ? r->rev : "main");
+                                   "%s: unverified: the hub named no commit for revision '%s'", c->what,
+                                   r->rev[0] ? r->rev : "main");
         else
             memcpy(commit, sha, 41);
     }
@@ -261,8 +264,8 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
     kiln_status st = KILN_OK;
     for (int page = 0; !st; page++) {
         if (page == HUB_MAX_PAGES) {
-            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the file listing has more than %d pages",
-                                 c->what, HUB_MAX_PAGES);
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                   "%s: the file listing has more than %d pages", c->what, HUB_MAX_PAGES);
             break;
         }
         store_http h;
@@ -271,7 +274,7 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
         json_t *j = st ? NULL : json_loadb(h.body ? h.body : "", h.len, 0, NULL);
         if (!st && !json_is_array(j))
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the file listing is not a JSON array", c->what);
+                                   "%s: unverified: the file listing is not a JSON array", c->what);
         size_t i;
         json_t *e;
         json_array_foreach(st ? NULL : j, i, e) {
@@ -281,7 +284,7 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
             if (!repo_path_ok(path)) continue; /* never a name that could leave the repository */
             if (n == HUB_MAX_FILES) {
                 st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: more than %d files", c->what,
-                                     HUB_MAX_FILES);
+                                       HUB_MAX_FILES);
                 break;
             }
             if (n == cap) {
@@ -326,7 +329,7 @@ static kiln_status list_tree(hub_ctx *c, const hub_ref *r, const char *commit, h
         char next_origin[512];
         if (store_url_origin(next, next_origin, sizeof next_origin) || strcmp(next_origin, c->origin)) {
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: the listing's next page is on another host", c->what);
+                                   "%s: the listing's next page is on another host", c->what);
             break;
         }
         snprintf(url, sizeof url, "%s", next);
@@ -417,22 +420,23 @@ static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit
                                 store_plan *plan) {
     if (plan->n_arts == STORE_MAX_ARTIFACTS)
         return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than %d files", c->what,
-                               STORE_MAX_ARTIFACTS);
+                                 STORE_MAX_ARTIFACTS);
     store_artifact *a = &plan->arts[plan->n_arts];
     memset(a, 0, sizeof *a);
     char esc[3100];
-    if (store_url_escape(f->path, esc, sizeof esc, 1)) return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
+    if (store_url_escape(f->path, esc, sizeof esc, 1))
+        return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     if ((size_t)snprintf(a->url, sizeof a->url, "%s/%s/%s/resolve/%s/%s", c->endpoint, r->org, r->repo, commit, esc) >=
         sizeof a->url)
         return base_fail(KILN_ERR_INVALID_ARG, "%s: path too long", c->what);
     pack_file_name(f->path, a->file, sizeof a->file);
     if (!store_file_ok(a->file))
         return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: '%s' cannot be a file name in the store",
-                               c->what, f->path);
+                                 c->what, f->path);
     for (int i = 0; i < plan->n_arts; i++)
         if (!strcmp(plan->arts[i].file, a->file))
             return store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: two chosen files are both named %s",
-                                   c->what, a->file);
+                                     c->what, a->file);
     snprintf(a->role, sizeof a->role, "%s", role);
 
     /* the resolve URL's own metadata, without following it to the CDN */
@@ -444,19 +448,19 @@ static kiln_status add_artifact(hub_ctx *c, const hub_ref *r, const char *commit
         st = store_http_error(STORE_SRC_HUB, h.code, h.error_code, shown, c->have_token);
     if (!st && h.repo_commit[0] && strcmp(h.repo_commit, commit))
         st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                             "%s: unverified: the file answers for commit %.12s, not %.12s", shown, h.repo_commit,
-                             commit);
+                               "%s: unverified: the file answers for commit %.12s, not %.12s", shown, h.repo_commit,
+                               commit);
     char linked[STORE_ID_LEN + 1] = "";
     if (!st && h.linked_etag[0] && !store_etag_sha256(h.linked_etag, linked))
         st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: unverified: its LFS ETag is not a SHA-256",
-                             shown);
+                               shown);
     if (!st && linked[0] && f->lfs && strcmp(linked, f->sha))
         st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                             "%s: unverified: the listing and the file disagree on its SHA-256", shown);
+                               "%s: unverified: the listing and the file disagree on its SHA-256", shown);
     if (!st && h.has_linked_size && f->size && h.linked_size != f->size)
         st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                             "%s: unverified: the listing says %llu bytes, the file %llu", shown,
-                             (unsigned long long)f->size, (unsigned long long)h.linked_size);
+                               "%s: unverified: the listing says %llu bytes, the file %llu", shown,
+                               (unsigned long long)f->size, (unsigned long long)h.linked_size);
     if (!st) {
         snprintf(a->sha, sizeof a->sha, "%s", f->lfs ? f->sha : linked);
         a->length = h.has_linked_size ? h.linked_size : f->size;
@@ -538,8 +542,8 @@ const char *store_hub_endpoint(char *buf, size_t cap) {
     return buf;
 }
 
-kiln_status store_hub_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers, int have_token,
-                         store_plan *plan) {
+kiln_status store_hub_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers,
+                           int have_token, store_plan *plan) {
     hub_ref r;
     kiln_status st = parse_ref(ref, &r);
     if (st) return st;
@@ -562,7 +566,7 @@ kiln_status store_hub_plan(const char *ref, const store_net *net, const char *co
         primary = find_path(files, n, r.path);
         if (primary < 0)
             st = store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no file %s at commit %.12s", c.what,
-                                 r.path, commit);
+                                   r.path, commit);
     } else if (r.quant[0]) {
         primary = first_model(files, n, r.quant);
     } else {
@@ -574,7 +578,7 @@ kiln_status store_hub_plan(const char *ref, const store_net *net, const char *co
         char have[300];
         list_quants(files, n, have, sizeof have);
         st = store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: no GGUF %s%s (the repository has: %s)",
-                             c.what, r.quant[0] ? "for quantization " : "model", r.quant, have);
+                               c.what, r.quant[0] ? "for quantization " : "model", r.quant, have);
     }
     /* every shard of a split model, from the first */
     int idx = 1, count = 1;
@@ -588,7 +592,7 @@ kiln_status store_hub_plan(const char *ref, const store_net *net, const char *co
             found = find_path(files, n, want);
             if (found < 0) {
                 st = store_source_fail(KILN_SOURCE_NOT_FOUND, KILN_ERR_NOT_FOUND, "%s: shard %d of %d of %s is missing",
-                                     c.what, k, count, base_name(files[primary].path));
+                                       c.what, k, count, base_name(files[primary].path));
                 break;
             }
             if (k == 1) primary = found;

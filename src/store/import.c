@@ -23,8 +23,8 @@ static int same_file(const struct stat *a, const struct stat *b) {
 }
 
 /* Copies exactly len bytes of src into dst while hashing them. */
-static kiln_status copy_hash(const char *src, const char *dst, const char *file, uint64_t len, char hex[STORE_ID_LEN + 1],
-                             kiln_store_progress_fn progress, void *user) {
+static kiln_status copy_hash(const char *src, const char *dst, const char *file, uint64_t len,
+                             char hex[STORE_ID_LEN + 1], kiln_store_progress_fn progress, void *user) {
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0) return base_fail(KILN_ERR_IO, "cannot open %s: %s", src, strerror(errno));
     int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -115,10 +115,11 @@ static kiln_status stage_one(const char *src, const char *dir, const char *file,
         st = copy_hash(src, dst, file, (uint64_t)s0->st_size, hex, progress, user);
         if (!st && stat(src, &s1) != 0) st = base_fail(KILN_ERR_IO, "%s: %s", src, strerror(errno));
     }
-    if (!st && !same_file(s0, &s1)) st = base_fail(KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
+    if (!st && !same_file(s0, &s1))
+        st = base_fail(KILN_ERR_STATE, "%s changed while it was read; nothing imported", src);
     if (!st && want_sha && strcmp(hex, want_sha))
         st = base_fail(KILN_ERR_FORMAT, "%s has sha256 %s, but pack.json records %s; nothing imported", src, hex,
-                     want_sha);
+                       want_sha);
     return st;
 }
 
@@ -182,7 +183,7 @@ static kiln_status import_image_pack(kiln_store *s, const char *canon, const cha
         }
         if (!store_file_ok(file) || !strcmp(file, "manifest.json") || (i && !strcmp(file, "pack.json"))) {
             st = base_fail(KILN_ERR_FORMAT, "%s: the artifact name '%s' cannot be kept in the store", pj,
-                         file ? file : "");
+                           file ? file : "");
             break;
         }
         char hex[STORE_ID_LEN + 1];
@@ -305,7 +306,8 @@ kiln_status kiln_store_import(kiln_store *s, const char *path, const char *name,
     } else {
         st = copy_hash(canon, dst, file, (uint64_t)s0.st_size, hex, progress, user);
         if (!st && (stat(canon, &s1) != 0 || !same_file(&s0, &s1)))
-            st = base_fail(KILN_ERR_STATE, "%s changed during the copy; nothing imported and the source is kept", canon);
+            st =
+                base_fail(KILN_ERR_STATE, "%s changed during the copy; nothing imported and the source is kept", canon);
     }
     if (st) {
         if (st == KILN_ERR_STATE)

@@ -36,8 +36,8 @@ static int content_range(const char *cr, uint64_t *a, uint64_t *b, uint64_t *t) 
     return 0;
 }
 
-static kiln_status read_header(const store_plan *plan, const store_artifact *a, const store_creds *cr, const store_net *net,
-                               json_t *out) {
+static kiln_status read_header(const store_plan *plan, const store_artifact *a, const store_creds *cr,
+                               const store_net *net, json_t *out) {
     uint8_t *buf = NULL;
     uint64_t have = 0, size = a->length;
     uint32_t chunk = INSPECT_FIRST;
@@ -50,11 +50,12 @@ static kiln_status read_header(const store_plan *plan, const store_artifact *a, 
         if (size && size - have < want) want = size - have;
         if (have + want > INSPECT_BUDGET) want = INSPECT_BUDGET - have;
         if (!want) {
-            st = have >= INSPECT_BUDGET
-                     ? store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                       "%s: unverified: the GGUF header is larger than the %u MiB an inspection reads",
-                                       plan->what, INSPECT_BUDGET >> 20)
-                     : store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: %s", a->file, err);
+            st =
+                have >= INSPECT_BUDGET
+                    ? store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                        "%s: unverified: the GGUF header is larger than the %u MiB an inspection reads",
+                                        plan->what, INSPECT_BUDGET >> 20)
+                    : store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s: %s", a->file, err);
             break;
         }
         uint8_t *nb = realloc(buf, have + want);
@@ -64,28 +65,28 @@ static kiln_status read_header(const store_plan *plan, const store_artifact *a, 
         }
         buf = nb;
         store_http h = {.url = a->url,
-                      .headers = cr->hdrs,
-                      .n_headers = cr->n,
-                      .auth_origin = plan->auth_origin,
-                      .what = plan->what,
-                      .follow = STORE_FOLLOW_ALL,
-                      .range_start = have,
-                      .range_len = want,
-                      .max_body = want};
+                        .headers = cr->hdrs,
+                        .n_headers = cr->n,
+                        .auth_origin = plan->auth_origin,
+                        .what = plan->what,
+                        .follow = STORE_FOLLOW_ALL,
+                        .range_start = have,
+                        .range_len = want,
+                        .max_body = want};
         st = store_http_get(&h, net);
         requests++;
         if (!st && h.range_ignored)
-            st =
-                store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                "%s: unverified: the server ignores Range requests; kiln does not read a whole file to "
-                                "inspect it",
-                                plan->what);
+            st = store_source_fail(
+                KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                "%s: unverified: the server ignores Range requests; kiln does not read a whole file to "
+                "inspect it",
+                plan->what);
         if (!st && h.code != 206) st = store_http_error(plan->kind, h.code, h.error_code, plan->what, cr->have_token);
         uint64_t ra = 0, rb = 0, rt = 0;
         if (!st && (content_range(h.content_range, &ra, &rb, &rt) || ra != have || rb - ra + 1 != h.len ||
                     h.len > want || !rt || (size && rt != size) || rt < have + h.len))
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the server's range answer does not match the request", plan->what);
+                                   "%s: unverified: the server's range answer does not match the request", plan->what);
         if (!st) {
             memcpy(buf + have, h.body, h.len);
             have += h.len;
@@ -97,7 +98,7 @@ static kiln_status read_header(const store_plan *plan, const store_artifact *a, 
         if (!gguf_open_header(buf, have, size, &more, &f)) break;
         if (!more) {
             st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_FORMAT, "%s is not a valid GGUF: %s", a->file,
-                                 kiln_last_error());
+                                   kiln_last_error());
             break;
         }
         if (chunk < INSPECT_RANGE_MAX) chunk *= 2;
@@ -181,7 +182,7 @@ kiln_status kiln_store_inspect(const char *ref, const kiln_store_pull_params *pa
         }
     } else if (!st) {
         st = store_hub_ref(ref) ? store_hub_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan)
-                              : store_registry_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan);
+                                : store_registry_plan(ref, &net, cr.hdrs, cr.n, cr.have_token, plan);
     }
     json_t *out = NULL;
     if (!st) {

@@ -318,7 +318,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
     while (!st_ret && !done) {
         if (cancelled(pc)) {
             st_ret = base_fail(KILN_ERR_CANCELLED, "pull cancelled; %llu bytes of %s kept for the next pull",
-                             (unsigned long long)x.have, file);
+                               (unsigned long long)x.have, file);
             break;
         }
         uint64_t have0 = x.have;
@@ -369,7 +369,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         char reason[600] = "";
         if (x.werr) {
             st_ret = base_fail(KILN_ERR_IO, "writing %s: %s; %llu bytes kept in %s", file, strerror(x.werr),
-                             (unsigned long long)x.have, part_p);
+                               (unsigned long long)x.have, part_p);
         } else if (x.nospace) {
             st_ret = base_fail(KILN_ERR_IO, "%s; %llu bytes kept in %s", x.why, (unsigned long long)x.have, part_p);
         } else if (x.integrity) {
@@ -387,7 +387,7 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
             char next_origin[512];
             if (!loc || ++hops > STORE_MAX_REDIRECTS) {
                 st_ret = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_IO, "%s: %s", rec_url,
-                                         loc ? "too many redirects" : "redirect without a location");
+                                           loc ? "too many redirects" : "redirect without a location");
             } else if (!(st_ret = store_url_origin(loc, next_origin, sizeof next_origin))) {
                 snprintf(cur, sizeof cur, "%s", loc); /* used for this transfer only, never recorded */
             }
@@ -435,8 +435,8 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
         snprintf(cur, sizeof cur, "%s", url);
         if (attempts >= pc->net.max_attempts) {
             st_ret = store_source_fail(KILN_SOURCE_TRANSIENT, KILN_ERR_IO,
-                                     "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume",
-                                     file, attempts, reason, (unsigned long long)x.have);
+                                       "%s: giving up after %d attempts (%s); %llu bytes kept, pull again to resume",
+                                       file, attempts, reason, (unsigned long long)x.have);
             break;
         }
         long delay = store_net_delay(&pc->net, attempts);
@@ -453,11 +453,11 @@ static kiln_status pull_artifact(pull_ctx *pc, const char *dir, const char *url,
     if (expect && x.have != expect) {
         *quarantine = 1;
         return base_fail(KILN_ERR_FORMAT, "artifact %s: wrong length: got %llu bytes, the manifest says %llu", file,
-                       (unsigned long long)x.have, (unsigned long long)expect);
+                         (unsigned long long)x.have, (unsigned long long)expect);
     }
     emit(&x, "verify", NULL);
-    if (store_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL, file) !=
-        0)
+    if (store_sha256_file(part_p, sha_out, NULL, pc->pp ? pc->pp->progress : NULL, pc->pp ? pc->pp->user : NULL,
+                          file) != 0)
         return base_fail(KILN_ERR_IO, "cannot read %s: %s", part_p, strerror(errno));
     if (want_sha && strcmp(sha_out, want_sha)) {
         *quarantine = 1;
@@ -515,7 +515,7 @@ static kiln_status parse_remote(const char *path, const char *url, artifact *art
     if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > MAX_ARTIFACTS) {
         json_decref(m);
         return base_fail(KILN_ERR_FORMAT, "%s is not a pack manifest (an object with 1..%d \"artifacts\")", shown,
-                       MAX_ARTIFACTS);
+                         MAX_ARTIFACTS);
     }
     snprintf(name, name_cap, "%s",
              json_string_value(json_object_get(m, "name")) ? json_string_value(json_object_get(m, "name")) : "");

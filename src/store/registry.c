@@ -83,9 +83,9 @@ static kiln_status parse_ref(const char *ref, reg_ref *r) {
     snprintf(r->ns, sizeof r->ns, "%.127s", n >= 2 ? parts[n - 2] : "library");
     if (n == 3) snprintf(r->host, sizeof r->host, "%.255s", parts[0]);
     if ((n == 3 && !host_ok(r->host)) || !part_ok(r->ns, 80) || !part_ok(r->model, 80) || !part_ok(r->tag, 80))
-        return base_fail(KILN_ERR_INVALID_ARG,
-                       "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'",
-                       ref);
+        return base_fail(
+            KILN_ERR_INVALID_ARG,
+            "%s: not a model reference: [HOST/][NAMESPACE/]MODEL[:TAG] of letters, digits, '.', '_' and '-'", ref);
     return KILN_OK;
 }
 
@@ -149,13 +149,13 @@ static kiln_status exchange_token(const char *www, const reg_ref *r, const char 
     char twhat[340];
     snprintf(twhat, sizeof twhat, "%s (its token)", what);
     store_http h = {.url = url,
-                  .accept = "application/json",
-                  .headers = same ? headers : NULL,
-                  .n_headers = same ? n_headers : 0,
-                  .auth_origin = same ? origin : NULL,
-                  .what = twhat,
-                  .follow = STORE_FOLLOW_SAME,
-                  .max_body = 64 * 1024};
+                    .accept = "application/json",
+                    .headers = same ? headers : NULL,
+                    .n_headers = same ? n_headers : 0,
+                    .auth_origin = same ? origin : NULL,
+                    .what = twhat,
+                    .follow = STORE_FOLLOW_SAME,
+                    .max_body = 64 * 1024};
     st = store_http_get(&h, net);
     json_t *j = !st && h.code == 200 ? json_loadb(h.body, h.len, 0, NULL) : NULL;
     const char *tok = json_string_value(json_object_get(j, "token"));
@@ -227,7 +227,7 @@ kiln_status store_registry_check(const char *ref) {
 }
 
 kiln_status store_registry_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers,
-                              int have_token, store_plan *plan) {
+                                int have_token, store_plan *plan) {
     reg_ref r;
     kiln_status st = parse_ref(ref, &r);
     if (st) return st;
@@ -239,13 +239,13 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
     snprintf(url, sizeof url, "%s/v2/%s/%s/manifests/%s", base, r.ns, r.model, r.tag);
 
     store_http h = {.url = url,
-                  .accept = REG_ACCEPT,
-                  .headers = headers,
-                  .n_headers = n_headers,
-                  .auth_origin = origin,
-                  .what = plan->what,
-                  .follow = STORE_FOLLOW_ALL,
-                  .max_body = REG_MANIFEST_MAX};
+                    .accept = REG_ACCEPT,
+                    .headers = headers,
+                    .n_headers = n_headers,
+                    .auth_origin = origin,
+                    .what = plan->what,
+                    .follow = STORE_FOLLOW_ALL,
+                    .max_body = REG_MANIFEST_MAX};
     st = store_http_get(&h, net);
     if (!st && h.code == 401 && !strncasecmp(h.www_auth, "Bearer ", 7)) {
         /* the token exchange, then the manifest again with the token in
@@ -262,13 +262,13 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
             hdrs[nh++] = plan->bearer;
             store_http_done(&h);
             store_http h2 = {.url = url,
-                           .accept = REG_ACCEPT,
-                           .headers = hdrs,
-                           .n_headers = nh,
-                           .auth_origin = origin,
-                           .what = plan->what,
-                           .follow = STORE_FOLLOW_ALL,
-                           .max_body = REG_MANIFEST_MAX};
+                             .accept = REG_ACCEPT,
+                             .headers = hdrs,
+                             .n_headers = nh,
+                             .auth_origin = origin,
+                             .what = plan->what,
+                             .follow = STORE_FOLLOW_ALL,
+                             .max_body = REG_MANIFEST_MAX};
             h = h2;
             st = store_http_get(&h, net);
             have_token = 1;
@@ -287,8 +287,8 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
         if (h.docker_digest[0] && (strncmp(h.docker_digest, "sha256:", 7) ||
                                    !store_etag_sha256(h.docker_digest + 7, want) || strcmp(want, digest)))
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: the manifest does not match the digest the registry gives for it",
-                                 plan->what);
+                                   "%s: unverified: the manifest does not match the digest the registry gives for it",
+                                   plan->what);
     }
     json_t *m = st ? NULL : json_loadb(h.body, h.len, 0, NULL);
     store_http_done(&h);
@@ -296,8 +296,8 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
     if (!st && (json_integer_value(json_object_get(m, "schemaVersion")) != 2 || !json_is_array(layers) ||
                 !json_array_size(layers) || json_array_size(layers) > STORE_MAX_ARTIFACTS))
         st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                             "%s: unverified: the manifest is not a schema 2 manifest with 1 to %d layers", plan->what,
-                             STORE_MAX_ARTIFACTS);
+                               "%s: unverified: the manifest is not a schema 2 manifest with 1 to %d layers",
+                               plan->what, STORE_MAX_ARTIFACTS);
     int n_model = 0, n_license = 0;
     size_t i;
     json_t *l;
@@ -309,19 +309,20 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
         if (!media || !dg || strncmp(dg, "sha256:", 7) || !store_etag_sha256(dg + 7, hex) || strcmp(hex, dg + 7) ||
             !json_is_integer(jsize) || json_integer_value(jsize) < 0) {
             st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
-                                 "%s: unverified: layer %zu has no sha256 digest and size", plan->what, i + 1);
+                                   "%s: unverified: layer %zu has no sha256 digest and size", plan->what, i + 1);
             break;
         }
         const char *role = role_of(media);
         if (!role) {
             st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED,
-                                 "%s: layer %zu is %s, which kiln does not run", plan->what, i + 1, media);
+                                   "%s: layer %zu is %s, which kiln does not run", plan->what, i + 1, media);
             break;
         }
         uint64_t size = (uint64_t)json_integer_value(jsize);
         if (strcmp(role, "model") && strcmp(role, "mmproj") && size > STORE_TEXT_MAX) {
-            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the %s layer is %llu bytes (at most %u)",
-                                 plan->what, role, (unsigned long long)size, STORE_TEXT_MAX);
+            st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT,
+                                   "%s: the %s layer is %llu bytes (at most %u)", plan->what, role,
+                                   (unsigned long long)size, STORE_TEXT_MAX);
             break;
         }
         store_artifact *a = &plan->arts[plan->n_arts];
@@ -334,8 +335,8 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
         if (!strcmp(role, "model")) n_model++;
         for (int k = 0; k < plan->n_arts; k++)
             if (!strcmp(plan->arts[k].file, a->file))
-                st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than one %s layer", plan->what,
-                                     role);
+                st = store_source_fail(KILN_SOURCE_OTHER, KILN_ERR_UNSUPPORTED, "%s: more than one %s layer",
+                                       plan->what, role);
         if (st) break;
         memcpy(a->sha, hex, sizeof a->sha);
         a->length = size;
@@ -343,8 +344,8 @@ kiln_status store_registry_plan(const char *ref, const store_net *net, const cha
         plan->n_arts++;
     }
     if (!st && n_model != 1)
-        st =
-            store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the manifest has no model layer", plan->what);
+        st = store_source_fail(KILN_SOURCE_UNVERIFIED, KILN_ERR_FORMAT, "%s: the manifest has no model layer",
+                               plan->what);
     if (!st) {
         /* the model first: pull.c and the store take the first artifact
          * as the pack's model */

@@ -133,13 +133,13 @@ kiln_status store_name_norm(const char *in, char out[STORE_NAME_MAX + 1]) {
         const char *port = memchr(seg, ':', (size_t)(end - seg));
         if (end == seg || !isalnum((unsigned char)*seg))
             return base_fail(KILN_ERR_INVALID_ARG,
-                           "model name '%s': each part before a '/' must begin with a letter or digit", in);
+                             "model name '%s': each part before a '/' must begin with a letter or digit", in);
         if (port && (seg != in || port + 1 == end))
             return base_fail(KILN_ERR_INVALID_ARG, "model name '%s': only a host may carry a ':PORT'", in);
         for (const char *c = seg; c < end; c++) {
             if (port && c > port ? !isdigit((unsigned char)*c) : c != port && !name_char((unsigned char)*c))
                 return base_fail(KILN_ERR_INVALID_ARG,
-                               "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
+                                 "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
         }
         seg = end + 1;
     }
@@ -148,7 +148,7 @@ kiln_status store_name_norm(const char *in, char out[STORE_NAME_MAX + 1]) {
     for (const char *c = base; *c; c++)
         if (c != colon && c != at && !name_char((unsigned char)*c))
             return base_fail(KILN_ERR_INVALID_ARG,
-                           "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
+                             "model name '%s': only letters, digits, '.', '_', '-', '/' and ':' are allowed", in);
     if (at && (strchr(at + 1, '@') || at == base || !at[1] || at + 1 == colon || at - 1 == colon || at[1] == '.' ||
                at[1] == '-'))
         return base_fail(KILN_ERR_INVALID_ARG, "model name '%s': '@' may only mark one revision", in);
@@ -272,8 +272,8 @@ static int find_prefix(kiln_store *s, const char *prefix, char id[STORE_ID_LEN +
     closedir(d);
     if (found > 1) {
         base_fail(KILN_ERR_INVALID_ARG,
-                "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits", prefix,
-                found, id, other);
+                  "id prefix '%s' is ambiguous: %d packs begin with it (%.16s..., %.16s...); give more digits", prefix,
+                  found, id, other);
         return -1;
     }
     return found;
@@ -435,10 +435,12 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
     if (linked) {
         char target[PATH_MAX];
         ssize_t n = S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
-        if (n < 0) return base_fail(KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
+        if (n < 0)
+            return base_fail(KILN_ERR_FORMAT, "linked artifact %s: the store's link %s is not a symlink", file, p);
         target[n] = 0;
         if (strcmp(target, src))
-            return base_fail(KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target, src);
+            return base_fail(KILN_ERR_FORMAT, "linked artifact %s points to %s, not the imported %s", file, target,
+                             src);
         if (stat(p, &st) != 0)
             return base_fail(KILN_ERR_IO, "linked target %s of %s is unavailable: %s", src, file, strerror(errno));
     }
@@ -447,7 +449,7 @@ static kiln_status check_artifact(kiln_store *s, const char *id, json_t *man, js
     if (!S_ISREG(st.st_mode)) return base_fail(KILN_ERR_FORMAT, "%s %s is not a regular file", what, where);
     if ((uint64_t)st.st_size != length)
         return base_fail(KILN_ERR_FORMAT, "%s %s changed: size %llu, expected %llu", what, where,
-                       (unsigned long long)st.st_size, (unsigned long long)length);
+                         (unsigned long long)st.st_size, (unsigned long long)length);
     json_t *stamps = json_object_get(state, "stamps");
     if (!force && stamp_matches(json_object_get(stamps, file), &st, sha)) return KILN_OK;
     char got[STORE_ID_LEN + 1];
@@ -498,7 +500,7 @@ void store_quarantine(kiln_store *s, const char *dir, const char *reason) {
     key = key ? key + 1 : dir;
     char q[PATH_MAX], r[PATH_MAX];
     if (store_path(q, "%s/quarantine/%lld-%ld-%u-%s", s->root, (long long)store_wall_now(), (long)getpid(),
-                 atomic_fetch_add(&seq, 1), key))
+                   atomic_fetch_add(&seq, 1), key))
         return;
     if (rename(dir, q) != 0) {
         base_log(BASE_LOG_WARN, "store: cannot quarantine %s: %s; removing it", dir, strerror(errno));
@@ -524,7 +526,7 @@ kiln_status store_check_gguf(const char *path, const char *artifact, char arch[6
     /* the reader names the file by its path, here one inside the store's staging */
     if (gguf_open(path, &f))
         return base_fail(KILN_ERR_FORMAT, "artifact %s is not a valid GGUF: %s", artifact,
-                       store_without_path(kiln_last_error(), path));
+                         store_without_path(kiln_last_error(), path));
     gguf_get_cstr(f, "general.architecture", arch, 64, "");
     if (!arch[0]) {
         gguf_close(f);
@@ -532,8 +534,8 @@ kiln_status store_check_gguf(const char *path, const char *artifact, char arch[6
     }
     if (!model_arch_find(arch)) {
         gguf_close(f);
-        return base_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)", artifact,
-                       arch, model_arch_list());
+        return base_fail(KILN_ERR_UNSUPPORTED, "artifact %s: architecture '%s' is not supported (kiln runs %s)",
+                         artifact, arch, model_arch_list());
     }
     if (gguf_n_tensors(f) == 0) {
         gguf_close(f);
@@ -565,7 +567,7 @@ const char *store_dominant_type(const void *gf) {
 }
 
 kiln_status store_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name,
-                        char id_out[STORE_ID_LEN + 1]) {
+                          char id_out[STORE_ID_LEN + 1]) {
     json_t *arts = json_object_get(manifest, "artifacts");
     int linked = !strcmp(jstr(manifest, "mode"), "linked");
     char arch[64] = "", quant[16] = "", family[16] = "", p[PATH_MAX];
@@ -844,7 +846,7 @@ static kiln_status check_pack(kiln_store *s, const char *id, json_t *man, int fo
     int linked = !strcmp(jstr(man, "mode"), "linked");
     if (!force && json_is_string(json_object_get(state, "damaged"))) {
         kiln_status st = base_fail(KILN_ERR_FORMAT, "pack %.12s is damaged (%s); run kiln verify, or pull it again", id,
-                                 jstr(state, "damaged"));
+                                   jstr(state, "damaged"));
         json_decref(state);
         return st;
     }
@@ -886,7 +888,8 @@ kiln_status kiln_store_resolve(kiln_store *s, const char *name, kiln_store_lease
     if (!st && store_path(lockp, "%s/leases/%s.lock", s->root, l->id)) st = KILN_ERR_INVALID_ARG;
     if (!st && (l->fd = store_lock(lockp, LOCK_SH)) < 0)
         st = base_fail(KILN_ERR_IO, "lease %s: %s", lockp, strerror(errno));
-    if (!st && !store_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
+    if (!st &&
+        !store_path(l->record, "%s/leases/%s.%ld.%u", s->root, l->id, (long)getpid(), atomic_fetch_add(&seq, 1))) {
         char line[32];
         int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
         if (store_write_atomic(l->record, line, (size_t)n, 0644) != 0) l->record[0] = 0;
@@ -958,8 +961,8 @@ kiln_status kiln_store_copy(kiln_store *s, const char *src, const char *dst, int
     if (lk < 0) return KILN_ERR_IO;
     st = find_ref(s, src, id, NULL);
     if (!st && !force && name_lookup(s, norm, old) == 0 && pack_exists(s, old) && strcmp(old, id))
-        st = base_fail(KILN_ERR_STATE, "'%s' already names another model (%.12s); remove it first, or copy with --force",
-                     norm, old);
+        st = base_fail(KILN_ERR_STATE,
+                       "'%s' already names another model (%.12s); remove it first, or copy with --force", norm, old);
     if (!st) st = store_bind_name(s, norm, id);
     store_unlock(lk);
     return st;
@@ -1111,9 +1114,9 @@ kiln_status kiln_store_remove_names(kiln_store *s, const char *name_or_id, int f
         for (int i = 0; i < l.n && o + 1 < sizeof list; i++)
             o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", l.names[i]);
         st = base_fail(KILN_ERR_STATE,
-                     "%s is the id of %d names (%s): remove the names one by one, or force removing "
-                     "them all",
-                     name_or_id, l.n, list);
+                       "%s is the id of %d names (%s): remove the names one by one, or force removing "
+                       "them all",
+                       name_or_id, l.n, list);
     }
     int lease = -1;
     if (!st && (lease = lease_excl(s, id)) < 0) {

@@ -146,9 +146,9 @@ kiln_status store_http_error(int kind, long code, const char *error_code, const 
 #define STORE_MAX_ARTIFACTS 64
 
 typedef struct store_artifact {
-    char url[4096];           /* the pinned source URL: never a signed one */
-    char file[256];           /* name in the pack */
-    char role[32];            /* model, shard, mmproj, template, system, params, license */
+    char url[4096];             /* the pinned source URL: never a signed one */
+    char file[256];             /* name in the pack */
+    char role[32];              /* model, shard, mmproj, template, system, params, license */
     char sha[STORE_ID_LEN + 1]; /* expected SHA-256; "" unknown */
     char license[128];
     uint64_t length; /* expected; 0 unknown */
@@ -179,8 +179,8 @@ int store_hub_url_ref(const char *url, char *out, size_t cap);
 /* $HF_ENDPOINT without trailing '/', or https://huggingface.co. */
 const char *store_hub_endpoint(char *buf, size_t cap);
 /* Resolves a hub reference into plan (headers go to the hub's origin). */
-kiln_status store_hub_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers, int have_token,
-                         store_plan *plan);
+kiln_status store_hub_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers,
+                           int have_token, store_plan *plan);
 
 /* The hub token as huggingface_hub finds it ($HF_TOKEN, else its token
  * file); 1 when there is one. */
@@ -188,7 +188,7 @@ int store_hub_token(char *buf, size_t cap);
 
 /* registry.c: resolves an Ollama registry reference into plan. */
 kiln_status store_registry_plan(const char *ref, const store_net *net, const char *const *headers, int n_headers,
-                              int have_token, store_plan *plan);
+                                int have_token, store_plan *plan);
 
 /* pull.c: the caller's headers (or $KILN_AUTH_HEADER) and the bearer token
  * (params->token, else the hub's for a hub reference), checked to be one
@@ -235,8 +235,8 @@ char *store_read_text(const char *path, size_t max, size_t *len_out);
 /* SHA-256 of a file as 64 hex digits; st_out (may be NULL) receives the
  * descriptor's stat, taken after hashing.  progress/user (may be NULL) see
  * "verify" events for artifact (index of count). */
-int store_sha256_file(const char *path, char hex[STORE_ID_LEN + 1], struct stat *st_out, kiln_store_progress_fn progress,
-                    void *user, const char *artifact);
+int store_sha256_file(const char *path, char hex[STORE_ID_LEN + 1], struct stat *st_out,
+                      kiln_store_progress_fn progress, void *user, const char *artifact);
 void store_sha256_hex(const void *data, size_t len, char hex[STORE_ID_LEN + 1]);
 /* Removes a tree without following symlinks; returns bytes freed or -1. */
 int64_t store_rmtree(const char *path);
@@ -277,7 +277,7 @@ kiln_status store_check_image(const char *path, const char *artifact, char arch[
  * to packs/<id> and binds name (may be NULL).  The directory is consumed
  * (renamed or quarantined).  manifest is borrowed. */
 kiln_status store_publish(kiln_store *s, const char *dir, json_t *manifest, const char *name,
-                        char id_out[STORE_ID_LEN + 1]);
+                          char id_out[STORE_ID_LEN + 1]);
 /* Looks for a published, healthy pack whose manifest "origin" is origin and,
  * if sha256 is given, whose first artifact has that hash. */
 int store_find_origin(kiln_store *s, const char *origin, const char *sha256, char id_out[STORE_ID_LEN + 1]);

@@ -177,12 +177,13 @@ kiln_status tok_load(const gguf_file *f, tokenizer **out) {
     }
     const gguf_kv *sc = gguf_find(f, "tokenizer.ggml.scores");
     if (sc && (sc->type != GGUF_ARRAY || sc->arr_type != GGUF_F32 || sc->n != tk->n)) {
-        return base_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores is not an f32 array of %llu", (unsigned long long)tk->n);
+        return base_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores is not an f32 array of %llu",
+                         (unsigned long long)tk->n);
     }
     const gguf_kv *ty = gguf_find(f, "tokenizer.ggml.token_type");
     if (ty && (ty->type != GGUF_ARRAY || (ty->arr_type != GGUF_I32 && ty->arr_type != GGUF_U32) || ty->n != tk->n)) {
         return base_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type is not an i32 array of %llu",
-                       (unsigned long long)tk->n);
+                         (unsigned long long)tk->n);
     }
 
     tokenizer *t = calloc(1, sizeof *t);
@@ -401,7 +402,8 @@ typedef struct frag {
 /* Splits the text around special-token occurrences, one token at a time
  * from the longest (the reference's order).  Control and unknown tokens
  * take part only with parse_special.  Returns the fragment array. */
-static frag *partition(const tokenizer *t, const char *text, size_t len, int parse_special, size_t *nf, tok_scratch *s) {
+static frag *partition(const tokenizer *t, const char *text, size_t len, int parse_special, size_t *nf,
+                       tok_scratch *s) {
     /* fragments are non-empty and disjoint, so there are at most len */
     size_t cap = len + 1;
     frag *buf = tok_scratch_get(s, 5, 2 * cap * sizeof *buf);
@@ -454,7 +456,7 @@ static frag *partition(const tokenizer *t, const char *text, size_t len, int par
 }
 
 int32_t tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
-                    int32_t cap) {
+                   int32_t cap) {
     if (len > TOK_MAX_TEXT) return TOK_ERR_NOMEM;
     tok_scratch s = {0};
     tok_vec v = {0};
@@ -500,7 +502,7 @@ fail:
 }
 
 int32_t tok_encode_alloc(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
-                          int32_t **out) {
+                         int32_t **out) {
     *out = NULL;
     /* a byte gives at most one token, plus the specials add_special adds */
     int32_t cap = len + 8 < (size_t)INT32_MAX ? (int32_t)(len + 8) : INT32_MAX;
@@ -587,7 +589,7 @@ int32_t tok_stream_flush(tok_stream *s, char *out, int32_t cap) {
 }
 
 int32_t tok_decode(const tokenizer *t, const int32_t *ids, int32_t n, char *out, int32_t cap, int special,
-                    int strip_leading_space) {
+                   int strip_leading_space) {
     tok_stream s;
     tok_stream_init(&s, t, special, strip_leading_space);
     int32_t pos = 0;

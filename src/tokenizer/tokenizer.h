@@ -83,12 +83,12 @@ int32_t tok_find(const tokenizer *t, const char *s, size_t len);
  * allocation failure or oversized text.  Invalid UTF-8 is tolerated (stray
  * bytes fall back to byte tokens where the vocabulary has them). */
 int32_t tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
-                    int32_t cap);
+                   int32_t cap);
 
 /* tok_encode into a buffer of the right size: *out is malloc'd (free it;
  * NULL when the result is 0 tokens).  Returns the count or TOK_ERR_NOMEM. */
 int32_t tok_encode_alloc(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
-                          int32_t **out);
+                         int32_t **out);
 
 /* Bytes of one token: SPM maps U+2581 to space and <0xXX> to the byte, BPE
  * undoes the byte-to-code-point mapping, WordPiece gives the text without
@@ -127,6 +127,6 @@ int32_t tok_stream_flush(tok_stream *s, char *out, int32_t cap);
 /* Decodes a whole id sequence (stream + flush).  Returns the byte count or
  * minus the needed size. */
 int32_t tok_decode(const tokenizer *t, const int32_t *ids, int32_t n, char *out, int32_t cap, int special,
-                    int strip_leading_space);
+                   int strip_leading_space);
 
 #endif

@@ -32,11 +32,11 @@
 static kiln_status vd_check_size(const char *fmt, uint64_t w, uint64_t h) {
     if (w == 0 || h == 0)
         return base_fail(KILN_ERR_INVALID_ARG, "image: %s has no pixels (%llux%llu)", fmt, (unsigned long long)w,
-                       (unsigned long long)h);
+                         (unsigned long long)h);
     if (w > VISION_MAX_SIDE || h > VISION_MAX_SIDE || w * h > (uint64_t)VISION_MAX_PIXELS)
         return base_fail(KILN_ERR_INVALID_ARG,
-                       "image: %s of %llux%llu pixels is too large (at most %d per side, %ld in all)", fmt,
-                       (unsigned long long)w, (unsigned long long)h, VISION_MAX_SIDE, VISION_MAX_PIXELS);
+                         "image: %s of %llux%llu pixels is too large (at most %d per side, %ld in all)", fmt,
+                         (unsigned long long)w, (unsigned long long)h, VISION_MAX_SIDE, VISION_MAX_PIXELS);
     return KILN_OK;
 }
 
@@ -170,7 +170,7 @@ static kiln_status vd_png(const uint8_t *b, size_t len, vision_rgb *out) {
     uint64_t raw = (uint64_t)h * (1 + ((uint64_t)w * (uint64_t)png_get_channels(png, info) * (uint64_t)depth + 7) / 8);
     if (raw / VD_DEFLATE_RATIO > len) {
         st = base_fail(KILN_ERR_INVALID_ARG, "image: PNG claims %ux%u pixels but holds only %zu bytes", (unsigned)w,
-                     (unsigned)h, len);
+                       (unsigned)h, len);
         goto fail;
     }
     st = KILN_ERR_INVALID_ARG;
@@ -353,7 +353,7 @@ static kiln_status vd_webp(const uint8_t *b, size_t len, vision_rgb *out) {
     VP8StatusCode vs = WebPGetFeatures(b, len, &f);
     if (vs != VP8_STATUS_OK)
         return base_fail(KILN_ERR_INVALID_ARG, "image: bad WebP: %s",
-                       vs == VP8_STATUS_NOT_ENOUGH_DATA ? "truncated" : "malformed header");
+                         vs == VP8_STATUS_NOT_ENOUGH_DATA ? "truncated" : "malformed header");
     if (f.has_animation) return base_fail(KILN_ERR_INVALID_ARG, "image: animated WebP is not supported");
     kiln_status st = vd_check_size("WebP", (uint64_t)f.width, (uint64_t)f.height);
     if (st != KILN_OK) return st;
@@ -362,7 +362,8 @@ static kiln_status vd_webp(const uint8_t *b, size_t len, vision_rgb *out) {
     if (!px) return base_fail(KILN_ERR_NOMEM, "image: out of memory for %ux%u pixels", (unsigned)w, (unsigned)h);
     if (!WebPDecodeRGBInto(b, len, px, (size_t)w * h * 3, (int)w * 3)) {
         free(px);
-        return base_fail(KILN_ERR_INVALID_ARG, "image: bad WebP: the bitstream does not decode (malformed or truncated)");
+        return base_fail(KILN_ERR_INVALID_ARG,
+                         "image: bad WebP: the bitstream does not decode (malformed or truncated)");
     }
     out->w = (int32_t)w;
     out->h = (int32_t)h;

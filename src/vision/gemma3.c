@@ -44,7 +44,7 @@ static kiln_status g3_bind(vision_model *vm) {
         const gguf_tensor *t = gguf_find_tensor(vm->gf, "mm.input_projection.weight");
         if (t && t->n_dims == 2 && t->ne[1] == E && t->ne[0] != T)
             return base_fail(KILN_ERR_FORMAT, "the projector gives %lld-wide embeddings, the text model takes %lld",
-                           (long long)t->ne[0], (long long)T);
+                             (long long)t->ne[0], (long long)T);
         return B.st;
     }
     s->proj = base_malloc((size_t)T * (size_t)E * sizeof(float));

@@ -32,9 +32,9 @@ enum { VQ_GELU, VQ_GELU_QUICK, VQ_SILU }; /* the MLP's activation (clip.use_gelu
 
 typedef struct vq_layer {
     const float *ln1, *ln2, *ln1_b, *ln2_b; /* [E] norm weights; biases (LayerNorm) or NULL (RMSNorm) */
-    kern_mat q, k, v, o;                      /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
+    kern_mat q, k, v, o;                    /* E -> E (Qwen3-VL: row ranges of attn_qkv) */
     const float *bq, *bk, *bv, *bo;         /* [E] */
-    kern_mat gate, up, down;                  /* E -> F -> E; gate data NULL: not gated */
+    kern_mat gate, up, down;                /* E -> F -> E; gate data NULL: not gated */
     const float *bgate, *bup, *bdown;       /* [F], [F], [E] */
     /* Qwen3-VL deepstack merger after this layer (ds_fc1.data NULL: none):
      * LayerNorm over a merged token's 4E, fc1 4E -> 4E, GELU, fc2 -> proj */
@@ -50,14 +50,14 @@ struct vision_qwen {
     int win;                          /* window side in merged tokens */
     float eps, mean[3], std[3];
     int64_t min_px, max_px; /* the resized image's pixel bounds */
-    kern_mat patch[2];        /* E rows of 3 * P * P ([E][3][P][P]) */
+    kern_mat patch[2];      /* E rows of 3 * P * P ([E][3][P][P]) */
     const float *patch_b;   /* [E] or NULL */
     const float *pos;       /* [n_side][n_side][E] learned positions (Qwen3-VL), or NULL */
     float *pos_owned;       /* pos when widened from F16 / BF16 at load */
     int n_side;
     vq_layer *L;
     const float *post_ln, *post_ln_b; /* [E]; bias NULL: RMSNorm */
-    kern_mat mm0, mm2;                  /* 4E -> 4E -> proj */
+    kern_mat mm0, mm2;                /* 4E -> 4E -> proj */
     const float *b0, *b2;
     int64_t mm_cols; /* widest quantized matrix's columns (kern_matmul's scratch); 0: all F32/F16/BF16 */
 };
@@ -172,7 +172,7 @@ kiln_status vision_qwen_load(const gguf_file *f, vision_qwen **out) {
     h.D = h.E / h.H;
     if (h.D * h.H != h.E || h.D % 4)
         return base_fail(KILN_ERR_FORMAT, "mmproj: %d heads do not split embedding_length %d into a multiple of 4", h.H,
-                       h.E);
+                         h.E);
     h.eps = (float)gguf_get_float(f, "clip.vision.attention.layer_norm_epsilon", 1e-6);
     if (!(h.eps > 0.0f) || !(h.eps < 1.0f)) return base_fail(KILN_ERR_FORMAT, "mmproj: bad layer_norm_epsilon");
     const gguf_kv *mk = gguf_find(f, "clip.vision.image_mean"), *sk = gguf_find(f, "clip.vision.image_std");
@@ -447,7 +447,8 @@ static void vq_act(thread_pool *pool, int act, float *x, size_t n) {
 
 /* c [m][w's rows] = a [m][k] w^T + bias; quantized weights through
  * kern_matmul with scratch mscr (kern_matmul_scratch_size(q->mm_cols, m)) */
-static void vq_linear(thread_pool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c, void *mscr) {
+static void vq_linear(thread_pool *pool, const kern_mat *w, const float *bias, const float *a, int m, float *c,
+                      void *mscr) {
     if (!vq_gemm_type(w->type)) {
         kern_matmul(pool, w, a, m, c, w->nrows, mscr);
         if (bias)
@@ -556,7 +557,8 @@ kiln_status vision_qwen_encode(const vision_qwen *q, thread_pool *pool, const ui
     float *img = base_malloc((size_t)3 * rh * rw * sizeof(float));
     float *pg = base_malloc(2 * En * sizeof(float));
     float *x = base_malloc(En * sizeof(float)), *xn = base_malloc(En * sizeof(float));
-    float *qm = base_malloc(En * sizeof(float)), *km = base_malloc(En * sizeof(float)), *vm = base_malloc(En * sizeof(float));
+    float *qm = base_malloc(En * sizeof(float)), *km = base_malloc(En * sizeof(float)),
+          *vm = base_malloc(En * sizeof(float));
     float *att = base_malloc(En * sizeof(float));
     float *g = base_malloc((size_t)n * F * sizeof(float)), *u = base_malloc((size_t)n * F * sizeof(float));
     float *sc = base_malloc(qc * (size_t)n * sizeof(float));

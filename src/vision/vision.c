@@ -103,13 +103,13 @@ static kiln_status read_hparams(vision_model *vm) {
     if (n_embd < 1 || n_embd > VISION_MAX_EMBD || n_head < 1 || n_embd % n_head || n_ff < 1 ||
         n_ff > 4 * VISION_MAX_EMBD || n_layer < 1 || n_layer > VISION_MAX_LAYERS) {
         return base_fail(KILN_ERR_FORMAT,
-                       "bad or missing clip.vision sizes (embedding %lld, heads %lld, ffn %lld, blocks %lld)",
-                       (long long)n_embd, (long long)n_head, (long long)n_ff, (long long)n_layer);
+                         "bad or missing clip.vision sizes (embedding %lld, heads %lld, ffn %lld, blocks %lld)",
+                         (long long)n_embd, (long long)n_head, (long long)n_ff, (long long)n_layer);
     }
     if (patch < 1 || patch > VISION_MAX_PATCH || img < patch || img > VISION_MAX_IMAGE || img % patch || merge < 1 ||
         (img / patch) % merge) {
         return base_fail(KILN_ERR_FORMAT, "bad clip.vision image_size %lld / patch_size %lld / scale_factor %lld",
-                       (long long)img, (long long)patch, (long long)merge);
+                         (long long)img, (long long)patch, (long long)merge);
     }
     if (!(eps > 0.0 && eps < 1.0)) {
         return base_fail(KILN_ERR_FORMAT, "bad or missing clip.vision.attention.layer_norm_epsilon");
@@ -151,7 +151,7 @@ static kiln_status bind_vit(vision_model *vm) {
     if (!pt || pt->n_dims != 4 || memcmp(pt->ne, ne4, sizeof ne4) || !quant_supported((int)pt->type) ||
         (3 * P * P) % quant_get((int)pt->type)->blck) {
         return base_fail(KILN_ERR_FORMAT, "missing or bad tensor v.patch_embd.weight (expected [%lld, %lld, 3, %lld])",
-                       (long long)P, (long long)P, (long long)E);
+                         (long long)P, (long long)P, (long long)E);
     }
     vm->patch = (kern_mat){pt->data, (int)pt->type, 3 * P * P, E, NULL};
     vm->patch_b = vision_bind_vec(&B, "v.patch_embd.bias", E, 1);
@@ -218,9 +218,9 @@ kiln_status vision_load_gguf(gguf_file *gf, const char *path, int32_t n_embd_tex
         !gguf_get_bool(gf, "clip.has_vision_encoder", 0)) {
         gguf_close(gf);
         return base_fail(KILN_ERR_FORMAT,
-                       "projector %s: not a vision projector (general.architecture \"clip\" with "
-                       "clip.has_vision_encoder)",
-                       path);
+                         "projector %s: not a vision projector (general.architecture \"clip\" with "
+                         "clip.has_vision_encoder)",
+                         path);
     }
     if (!gguf_get_cstr(gf, "clip.projector_type", type, sizeof type, NULL) &&
         !gguf_get_cstr(gf, "clip.vision.projector_type", type, sizeof type, NULL)) {
@@ -273,7 +273,7 @@ kiln_status vision_encode(vision_model *vm, thread_pool *pool, const vision_imag
     if (!im || !im->px || im->w < 1 || im->h < 1 || im->w > VISION_MAX_SIDE || im->h > VISION_MAX_SIDE ||
         (int64_t)im->w * im->h > VISION_MAX_PIXELS)
         return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d and at most %d pixels",
-                       im ? im->w : 0, im ? im->h : 0, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
+                         im ? im->w : 0, im ? im->h : 0, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
     thread_pool *own = NULL;
     if (!pool && !(pool = own = thread_pool_new(0))) return base_fail(KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&vm->mu);
@@ -369,7 +369,8 @@ kiln_status vision_vit_run(vision_model *vm, thread_pool *pool, const float *pix
     if (E > maxc) maxc = E;
     if (n > maxc) maxc = n;
     const size_t nE = (size_t)n * E;
-    float *xn = base_malloc(nE * sizeof(float)), *q = base_malloc(nE * sizeof(float)), *k = base_malloc(nE * sizeof(float));
+    float *xn = base_malloc(nE * sizeof(float)), *q = base_malloc(nE * sizeof(float)),
+          *k = base_malloc(nE * sizeof(float));
     float *v = base_malloc(nE * sizeof(float)), *att = base_malloc(nE * sizeof(float));
     float *big = base_malloc((size_t)n * (F > K ? F : K) * sizeof(float)); /* patches, then the FFN's rows */
     float *kh = base_malloc((size_t)n * D * sizeof(float)), *vt = base_malloc((size_t)n * D * sizeof(float));
@@ -400,7 +401,8 @@ kiln_status vision_vit_run(vision_model *vm, thread_pool *pool, const float *pix
     const float scale = 1.0f / sqrtf((float)D);
     for (int l = 0; l < hp->n_layer; l++) {
         const vision_layer *L = &vm->layers[l];
-        for (int i = 0; i < n; i++) kern_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln1_w, L->ln1_b, E, hp->eps);
+        for (int i = 0; i < n; i++)
+            kern_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln1_w, L->ln1_b, E, hp->eps);
         kern_mm_out qkv[3] = {{&L->wq, q, E}, {&L->wk, k, E}, {&L->wv, v, E}};
         kern_matmul_multi(pool, qkv, 3, xn, n, scratch);
         add_bias(q, L->bq, n, E);
@@ -431,7 +433,8 @@ kiln_status vision_vit_run(vision_model *vm, thread_pool *pool, const float *pix
         kern_matmul(pool, &L->wo, att, n, xn, E, scratch);
         add_bias(xn, L->bo, n, E);
         for (size_t i = 0; i < nE; i++) x[i] += xn[i];
-        for (int i = 0; i < n; i++) kern_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln2_w, L->ln2_b, E, hp->eps);
+        for (int i = 0; i < n; i++)
+            kern_layernorm(xn + (size_t)i * E, x + (size_t)i * E, L->ln2_w, L->ln2_b, E, hp->eps);
         kern_matmul(pool, &L->up, xn, n, big, F, scratch);
         add_bias(big, L->b_up, n, F);
         act_rows(big, (size_t)n * F, hp->act);
@@ -543,11 +546,12 @@ static kiln_status image_pixels(const kiln_image_input *in, vision_image *im, ui
     if (in->width > 0 || in->height > 0) {
         if (in->width < 1 || in->height < 1 || in->width > VISION_MAX_SIDE || in->height > VISION_MAX_SIDE ||
             (int64_t)in->width * in->height > VISION_MAX_PIXELS)
-            return base_fail(KILN_ERR_INVALID_ARG, "image of %d x %d pixels: each side must be 1..%d, at most %d pixels",
-                           in->width, in->height, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
+            return base_fail(KILN_ERR_INVALID_ARG,
+                             "image of %d x %d pixels: each side must be 1..%d, at most %d pixels", in->width,
+                             in->height, VISION_MAX_SIDE, (int)VISION_MAX_PIXELS);
         if (in->len != (size_t)in->width * (size_t)in->height * 3)
-            return base_fail(KILN_ERR_INVALID_ARG, "raw image of %d x %d needs %zu bytes, got %zu", in->width, in->height,
-                           (size_t)in->width * (size_t)in->height * 3, in->len);
+            return base_fail(KILN_ERR_INVALID_ARG, "raw image of %d x %d needs %zu bytes, got %zu", in->width,
+                             in->height, (size_t)in->width * (size_t)in->height * 3, in->len);
         *im = (vision_image){in->width, in->height, in->data};
         return KILN_OK;
     }

@@ -102,7 +102,7 @@ struct vision_model {
     const vision_proj *proj;
     vision_hp hp;
     int32_t n_embd_text; /* the text model's n_embd */
-    kern_mat patch;        /* [n_embd rows][3 * patch * patch]: the patch convolution, (c, y, x) order */
+    kern_mat patch;      /* [n_embd rows][3 * patch * patch]: the patch convolution, (c, y, x) order */
     const float *patch_b;
     kern_mat pos; /* [n_patches rows][n_embd] */
     vision_layer *layers;
@@ -179,8 +179,8 @@ static inline int32_t vision_token_id(uint32_t h, uint32_t k) {
  * model_image_prompt, model.h). */
 typedef struct vision_text {
     const tokenizer *tok; /* its tokenizer */
-    int32_t n_embd;  /* floats of an input embedding row (n_embd_inp) */
-    int mrope;       /* 1: it takes multimodal RoPE positions (kiln_batch_inputs.mpos) */
+    int32_t n_embd;       /* floats of an input embedding row (n_embd_inp) */
+    int mrope;            /* 1: it takes multimodal RoPE positions (kiln_batch_inputs.mpos) */
 } vision_text;
 
 /* Text with one VISION_MARKER per image in order (none: every image goes

@@ -665,10 +665,10 @@ kiln_status whisper_check_params(const whisper_model *m, const kiln_transcribe_p
         if (l < 0) return base_fail(KILN_ERR_INVALID_ARG, "unknown language '%s'", p->language);
         if (!m->vocab.multilingual && l != 0)
             return base_fail(KILN_ERR_INVALID_ARG, "this model is English-only; language '%s' is not available",
-                           p->language);
+                             p->language);
         if (l >= m->n_langs)
             return base_fail(KILN_ERR_INVALID_ARG, "language '%s' is not one of this model's %d", p->language,
-                           m->n_langs);
+                             m->n_langs);
         *lang = l;
     }
     if (p->translate) {
@@ -757,7 +757,7 @@ static int detect_language(job *j, float *prob) {
 }
 
 kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
-                          kiln_transcript **out) {
+                               kiln_transcript **out) {
     *out = NULL;
     int lang;
     kiln_status st = whisper_check_params(m, p, &lang);
@@ -780,7 +780,8 @@ kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t
     const int64_t win_samples = (int64_t)win * AUDIO_HOP;
     float *mel = NULL;
     int64_t n_frames = 0;
-    kiln_status mst = audio_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames);
+    kiln_status mst =
+        audio_log_mel(pcm, n, win_samples, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames);
     if (mst) {
         job_free(&j);
         return mst;
@@ -942,8 +943,8 @@ kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t
     return st;
 }
 
-int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
-                    int cap, whisper_try *info) {
+int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
+                         int32_t *tokens, int cap, whisper_try *info) {
     int lang;
     if (whisper_check_params(m, p, &lang) != KILN_OK) return -1;
     job j;
@@ -955,12 +956,14 @@ int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, co
     if (job_init(&j, m, p)) goto out;
     j.lang = lang >= 0 ? lang : 0;
     const int win = 2 * m->hp.n_audio_ctx;
-    if (audio_log_mel(pcm, n, (int64_t)win * AUDIO_HOP, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel, &n_frames))
+    if (audio_log_mel(pcm, n, (int64_t)win * AUDIO_HOP, m->filters, m->hp.n_mels, whisper_state_pool(j.s), &mel,
+                      &n_frames))
         goto out;
     if (p->initial_prompt) {
         int k = whisper_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), NULL, 0);
         int32_t *tmp = k > 0 ? malloc((size_t)k * sizeof *tmp) : NULL;
-        if (tmp && whisper_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), tmp, k) == k) hist_push(&j, tmp, k);
+        if (tmp && whisper_tokenize(j.v, p->initial_prompt, strlen(p->initial_prompt), tmp, k) == k)
+            hist_push(&j, tmp, k);
         free(tmp);
     }
     res.tok = malloc((size_t)j.max_gen * sizeof *res.tok);

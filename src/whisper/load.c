@@ -116,8 +116,8 @@ static tinfo *need(binder *b, const char *name, int64_t ne0, int64_t ne1, int64_
     for (int d = 0; d < 3; d++) ok &= t->ne[d] == want[d];
     if (!ok) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
-                            name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)want[0],
-                            (long long)want[1], (long long)want[2]);
+                              name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)want[0],
+                              (long long)want[1], (long long)want[2]);
         return NULL;
     }
     if (t->used) {
@@ -134,7 +134,7 @@ static const float *vec(binder *b, const char *name, int64_t ne0, int64_t ne1) {
     if (!t) return NULL;
     if (t->type != QUANT_F32 && t->type != QUANT_F16) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s' has type %s; vectors must be F32 or F16", name,
-                            quant_get(t->type)->name);
+                              quant_get(t->type)->name);
         return NULL;
     }
     int64_t n = ne0 * ne1;
@@ -159,18 +159,18 @@ static void mat(binder *b, kern_mat *out, const char *name, int64_t ncols, int64
     if (!t) return;
     if (!quant_supported(t->type)) {
         b->failed = base_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot multiply", name,
-                            quant_get(t->type) && quant_get(t->type)->name ? quant_get(t->type)->name : "unknown");
+                              quant_get(t->type) && quant_get(t->type)->name ? quant_get(t->type)->name : "unknown");
         return;
     }
     if (conv && t->type != QUANT_F32 && t->type != QUANT_F16) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s': convolution kernels must be F32 or F16, not %s", name,
-                            quant_get(t->type)->name);
+                              quant_get(t->type)->name);
         return;
     }
     const quant_traits *tr = quant_get(t->type);
     if (ncols % tr->blck != 0) {
         b->failed = base_fail(KILN_ERR_FORMAT, "tensor '%s': rows of %lld are not whole %s blocks", name,
-                            (long long)ncols, tr->name);
+                              (long long)ncols, tr->name);
         return;
     }
     size_t align = t->type == QUANT_F32 ? 4 : 2;
@@ -250,10 +250,10 @@ static void bind_all(binder *b) {
 }
 
 static kiln_status check_hparams(const whisper_hparams *hp) {
-#define RANGE(f, lo, hi)                                                                                         \
-    if (hp->f < (lo) || hp->f > (hi)) {                                                                          \
+#define RANGE(f, lo, hi)                                                                                           \
+    if (hp->f < (lo) || hp->f > (hi)) {                                                                            \
         return base_fail(KILN_ERR_FORMAT, "hyperparameter " #f " = %d is out of range [%d, %d]", hp->f, (int)(lo), \
-                       (int)(hi));                                                                               \
+                         (int)(hi));                                                                               \
     }
     RANGE(n_vocab, 1, 1 << 20);
     RANGE(n_audio_ctx, 1, 1500);
@@ -268,14 +268,15 @@ static kiln_status check_hparams(const whisper_hparams *hp) {
 #undef RANGE
     if (hp->n_text_state != hp->n_audio_state) {
         return base_fail(KILN_ERR_FORMAT, "n_text_state %d differs from n_audio_state %d", hp->n_text_state,
-                       hp->n_audio_state);
+                         hp->n_audio_state);
     }
     if (hp->n_audio_state % hp->n_audio_head || hp->n_text_state % hp->n_text_head) {
-        return base_fail(KILN_ERR_FORMAT, "the width %d is not a multiple of the head counts (%d, %d)", hp->n_audio_state,
-                       hp->n_audio_head, hp->n_text_head);
+        return base_fail(KILN_ERR_FORMAT, "the width %d is not a multiple of the head counts (%d, %d)",
+                         hp->n_audio_state, hp->n_audio_head, hp->n_text_head);
     }
     if (hp->n_audio_state % 2) {
-        return base_fail(KILN_ERR_FORMAT, "n_audio_state %d is odd (sinusoidal positions need pairs)", hp->n_audio_state);
+        return base_fail(KILN_ERR_FORMAT, "n_audio_state %d is odd (sinusoidal positions need pairs)",
+                         hp->n_audio_state);
     }
     return KILN_OK;
 }
@@ -323,7 +324,7 @@ kiln_status whisper_load(const char *path, whisper_model **out) {
     }
     if (fm != m->hp.n_mels || fb != WHISPER_N_FFT_BINS) {
         st = base_fail(KILN_ERR_FORMAT, "%s: mel filters are %d x %d, expected %d x %d", path, fm, fb, m->hp.n_mels,
-                     WHISPER_N_FFT_BINS);
+                       WHISPER_N_FFT_BINS);
         goto fail;
     }
     size_t filt_bytes = (size_t)fm * (size_t)fb * 4;
@@ -368,8 +369,8 @@ kiln_status whisper_load(const char *path, whisper_model **out) {
         }
         if (nd < 1 || nd > 3 || nl < 1 || nl >= MAX_NAME || ty < 0 || ty >= QUANT_TYPE_COUNT || !quant_get(ty) ||
             !quant_get(ty)->name) {
-            st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n, nd,
-                         nl, ty);
+            st = base_fail(KILN_ERR_FORMAT, "%s: tensor %d: bad header (dims %d, name length %d, type %d)", path, p.n,
+                           nd, nl, ty);
             goto fail;
         }
         uint64_t nel = 1;
@@ -400,7 +401,7 @@ kiln_status whisper_load(const char *path, whisper_model **out) {
         const quant_traits *tr = quant_get(ty);
         if (t->ne[0] % tr->blck) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s': %lld elements per row are not whole %s blocks", path,
-                         t->name, (long long)t->ne[0], tr->name);
+                           t->name, (long long)t->ne[0], tr->name);
             goto fail;
         }
         t->type = ty;
@@ -408,7 +409,7 @@ kiln_status whisper_load(const char *path, whisper_model **out) {
         t->nbytes = quant_row_size(ty, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2]);
         if (r.len - r.off < t->nbytes) {
             st = base_fail(KILN_ERR_FORMAT, "%s: tensor '%s': data truncated (%zu bytes, %zu left in the file)", path,
-                         t->name, t->nbytes, r.len - r.off);
+                           t->name, t->nbytes, r.len - r.off);
             goto fail;
         }
         t->off = r.off;

@@ -213,7 +213,8 @@ static void f_add_bias(rows_job *j, long lo, long hi) {
 
 /* y[r] = layernorm(x[r]) * w + b */
 static void f_ln(rows_job *j, long lo, long hi) {
-    for (long r = lo; r < hi; r++) kern_layernorm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, LN_EPS);
+    for (long r = lo; r < hi; r++)
+        kern_layernorm(j->y + r * j->width, j->x + r * j->width, j->w, j->b, j->width, LN_EPS);
 }
 
 /* y[r] += b */

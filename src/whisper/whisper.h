@@ -91,7 +91,7 @@ typedef struct whisper_model {
     whisper_block *enc;
     const float *ln_post_w, *ln_post_b;
     /* decoder */
-    kern_mat tok;           /* [n_vocab][n_state] */
+    kern_mat tok;         /* [n_vocab][n_state] */
     const float *dec_pos; /* [n_text_ctx][n_state] */
     whisper_block *dec;
     const float *ln_w, *ln_b;
@@ -173,7 +173,7 @@ const whisper_model *whisper_of(const kiln_stt *s);
 kiln_status whisper_check_params(const whisper_model *m, const kiln_transcribe_params *p, int *lang);
 /* Transcribes 16 kHz mono audio (kiln_transcribe). */
 kiln_status whisper_transcribe(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
-                          kiln_transcript **out);
+                               kiln_transcript **out);
 /* Tests: the try that the first window's decode keeps, with p's
  * temperature fallback (p->temperature_inc 0: one try at p->temperature;
  * p->initial_prompt taken verbatim as previous text). */
@@ -187,7 +187,7 @@ typedef struct whisper_try {
 } whisper_try;
 /* Returns the count of its tokens written to tokens (at most cap) or -1;
  * *info (may be NULL) receives its figures. */
-int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p, int32_t *tokens,
-                    int cap, whisper_try *info);
+int whisper_decode_first(const whisper_model *m, const float *pcm, int64_t n, const kiln_transcribe_params *p,
+                         int32_t *tokens, int cap, whisper_try *info);
 
 #endif
