@@ -24,18 +24,27 @@ fi
 # the generation core, whose greedy texts may part from the x86-64 ones
 # only at a near-tie).  Run once (on max): the quick-tier tests whose code
 # does not depend on the CPU's features but on aarch64 itself (unsigned
-# char, weak memory ordering in the thread pool).  Left out: test_quantize
-# (about 7 minutes emulated).
+# char, weak memory ordering in the thread pool), and those whose kernels
+# the both-CPU tests above already check on each level (the vision
+# encoders, Whisper, MTP: GEMM, conv and matmul of test_kernels and
+# test_conv).  test_store_local, header_example and bench_compare are
+# test_store --local and the two scripts of tests/CMakeLists.txt (the
+# latter against its stand-in llama-bench: kiln's figures only).  Left out:
+# test_quantize (about 7 minutes emulated; its code is the scalar
+# quantizers, which test_quant and test_kquants run on both CPUs).
 both_tests="test_quant test_kquants test_iquants test_lowbit test_kernels test_conv test_backends test_engine_llm test_gen
   test_models"
 once_tests="test_pool test_sample test_gotmpl test_gguf test_ckpt test_guard test_backend_cpu test_engine
-  test_chat_template test_jschema"
+  test_chat_template test_jschema test_vision test_vision_qwen test_vision_decode test_cli test_cli_engines
+  test_engine_embed test_engine_stt test_server_kv test_server_gen test_server_forms test_server_xapi test_server_chat
+  test_server_http test_server_hostile test_server_media test_mtp"
+scripts_once="test_store_local header_example bench_compare"
 
 echo "== aarch64: cross build"
 cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
   -DKILN_WEBUI=OFF >/dev/null
 # shellcheck disable=SC2086
-cmake --build build-arm64 -j"$(nproc)" --target kiln $both_tests $once_tests >/dev/null
+cmake --build build-arm64 -j"$(nproc)" --target kiln kiln_static kiln_shared test_store $both_tests $once_tests >/dev/null
 
 # The guest loader from the same glibc build as the libc.so.6 it finds: the
 # multiarch libc6:arm64's when it is installed (the :arm64 -dev packages
@@ -59,14 +68,20 @@ export KILN_BIN=$PWD/build-arm64/kiln-qemu
 # and report in order once all are done.
 run_one() { # cpu test: the log in build-arm64/TEST.CPU.log, "status seconds" beside it
   local log=build-arm64/$2.$1.log start=$SECONDS rc=0
-  (cd tests && QEMU_CPU=$1 timeout 300 qemu-aarch64 "../build-arm64/tests/$2" >"../$log" 2>&1) || rc=$?
+  local cmd=(qemu-aarch64 "../build-arm64/tests/$2")
+  case $2 in
+  test_store_local) cmd=(qemu-aarch64 ../build-arm64/tests/test_store --local) ;;
+  header_example) cmd=(env KILN_RUN=qemu-aarch64 sh header_example.sh ../build-arm64 aarch64-linux-gnu-gcc) ;;
+  bench_compare) cmd=(bash bench_compare.sh) ;;
+  esac
+  (cd tests && QEMU_CPU=$1 timeout 300 "${cmd[@]}" >"../$log" 2>&1) || rc=$?
   echo "$rc $((SECONDS - start))" >"$log.rc"
 }
 runs=()
 for cpu in max cortex-a57; do
   for t in $both_tests; do runs+=("$cpu $t"); done
 done
-for t in $once_tests; do runs+=("max $t"); done
+for t in $once_tests $scripts_once; do runs+=("max $t"); done
 runs+=("cortex-a76 test_quant")
 for r in "${runs[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done

@@ -5,10 +5,12 @@
 # its SONAME) and with --static (libkiln.a and Libs.private), must print what
 # `kiln run --temp 0` prints for the same prompt.
 # usage: header_example.sh BUILD_DIR CC [EXTRA_CFLAGS]   (run from tests/)
+# KILN_RUN, when set, runs the built programs (a cross build: qemu-aarch64).
 set -eu
 build=$1
 cc=$2
 extra=${3:-}
+run=${KILN_RUN:-}
 prefix=$build/install-test
 out=$build/header-example
 rm -rf "$prefix" "$out"
@@ -41,16 +43,16 @@ if readelf -d "$out/gen-static" | grep -q "NEEDED.*libkiln"; then echo "gen-stat
 
 model=../models/stories260K.gguf
 prompt="Tom had a red"
-want=$("$prefix/bin/kiln" run -m "$model" -p "$prompt" -n 40 --temp 0 2>/dev/null)
+want=$($run "$prefix/bin/kiln" run -m "$model" -p "$prompt" -n 40 --temp 0 2>/dev/null)
 for g in gen-shared gen-static; do
-  got=$("$out/$g" "$model" "$prompt" 40)
+  got=$($run "$out/$g" "$model" "$prompt" 40)
   if [ "$got" != "$want" ]; then
     printf '%s printed:\n%s\nkiln run printed:\n%s\n' "$g" "$got" "$want" >&2
     exit 1
   fi
 done
-"$out/gen-static" "$model" "$prompt" 2>/dev/null && { echo "a wrong argument count must fail" >&2; exit 1; }
-"$out/gen-static" /nonexistent.gguf "$prompt" 4 2>"$out/err.txt" && { echo "a missing model must fail" >&2; exit 1; }
+$run "$out/gen-static" "$model" "$prompt" 2>/dev/null && { echo "a wrong argument count must fail" >&2; exit 1; }
+$run "$out/gen-static" /nonexistent.gguf "$prompt" 4 2>"$out/err.txt" && { echo "a missing model must fail" >&2; exit 1; }
 grep -q nonexistent "$out/err.txt" || { echo "the error does not name the file" >&2; exit 1; }
 echo "kiln.h example: built shared ($soname) and static with pkg-config; both print kiln run's text:"
 echo "$want"

@@ -596,6 +596,24 @@ static void test_chat_hybrid(void) {
     remove(model);
 }
 
+/* stories260K's greedy text for "Tom had a red" (40 tokens), a stop string
+ * in it and the text before that string.  aarch64 parts from x86-64 after
+ * the second "his toys", at every ISA level the scalar one included: a near
+ * tie that the scalar code's float rounding there (gcc contracts its
+ * multiply-adds into fmadd) tips the other way. */
+#if defined(__aarch64__)
+#define K_GREEDY                                                                                                       \
+    " ball. He liked to play with his toys. He liked to play with his toys. He liked to play with his toys. One day, " \
+    "he"
+#define K_STOP "his toys. One"
+#define K_STOPPED " ball. He liked to play with his toys. He liked to play with his toys. He liked to play with "
+#else
+#define K_GREEDY \
+    " ball. He liked to play with his toys. He liked to play with his toys and run around the room. He saw a big"
+#define K_STOP "his toys and"
+#define K_STOPPED " ball. He liked to play with his toys. He liked to play with "
+#endif
+
 int main(void) {
     bin = getenv("KILN_BIN");
     if (!bin) {
@@ -609,9 +627,7 @@ int main(void) {
     char *o, *e;
     int rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0", &o, &e);
     CHECK(rc == 0);
-    CHECKF(o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around the "
-                           "room. He saw a big"),
-           "stdout: '%s'", o ? o : "");
+    CHECKF(o && !strcmp(o, K_GREEDY), "stdout: '%s'", o ? o : "");
     CHECK(e && strstr(e, "generated 40 tokens"));
     free(o);
     free(e);
@@ -619,10 +635,9 @@ int main(void) {
     /* --stop: the text ends before the first stop string written (across
      * tokens), which is not printed; a string no text begins with changes
      * nothing */
-    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop 'his toys and' --stop zzz", &o,
+    rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop '" K_STOP "' --stop zzz", &o,
              &e);
-    CHECKF(rc == 0 && o && !strcmp(o, " ball. He liked to play with his toys. He liked to play with "), "stdout: '%s'",
-           o ? o : "");
+    CHECKF(rc == 0 && o && !strcmp(o, K_STOPPED), "stdout: '%s'", o ? o : "");
     free(o);
     free(e);
     rc = run("run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 --stop ' b'", &o, &e);
@@ -676,10 +691,7 @@ int main(void) {
         char args[512];
         snprintf(args, sizeof args, "run -m ../models/stories260K.gguf -p 'Tom had a red' -n 40 --temp 0 %s", specs[i]);
         rc = run(args, &o, &e);
-        CHECKF(rc == 0 && o &&
-                   !strcmp(o, " ball. He liked to play with his toys. He liked to play with his toys and run around "
-                              "the room. He saw a big"),
-               "%s: rc %d, stdout '%s'", specs[i], rc, o ? o : "");
+        CHECKF(rc == 0 && o && !strcmp(o, K_GREEDY), "%s: rc %d, stdout '%s'", specs[i], rc, o ? o : "");
         CHECKF(e && strstr(e, "speculative decoding (") && strstr(e, "tokens proposed"), "%s: stderr %s", specs[i],
                e ? e : "");
         free(o);
@@ -1031,7 +1043,8 @@ int main(void) {
      * the roofline that allows (streams x bandwidth / the bytes one step
      * reads) and the share of it reached; other rows get nulls.  The stories
      * model's output is a tensor of its own, so a step reads all but the
-     * 128 KiB token_embd. */
+     * 128 KiB token_embd.  The share is printed to 6 decimals (5e-7 is
+     * more than 1e-5 of it where the emulated aarch64 build is slow). */
     rc = run("bench -m ../models/stories260K.gguf -p 16 -n 8 -s 1,2 -r 1 -t 1 --roofline -o json", &o, &e);
     CHECK(rc == 0);
     j = o ? json_loads(o, 0, &je) : NULL;
@@ -1047,7 +1060,8 @@ int main(void) {
             const double ts = json_real_value(json_object_get(r, "avg_ts"));
             const double share = json_real_value(json_object_get(r, "roofline_share"));
             CHECK(step == (double)(json_integer_value(json_object_get(r, "model_size")) - 131072));
-            CHECKF(bw > 0 && fabs(top - i * bw * 1e9 / step) <= 1e-5 * top && fabs(share - ts / top) <= 1e-5 * share,
+            CHECKF(bw > 0 && fabs(top - i * bw * 1e9 / step) <= 1e-5 * top &&
+                       fabs(share - ts / top) <= 1e-5 * share + 5e-7,
                    "row %d: %g GB/s, %g t/s of %g (%g)", i, bw, ts, top, share);
         }
     }

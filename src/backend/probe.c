@@ -219,7 +219,8 @@ static void vulkan_row_inner(rows *r) {
 }
 
 /* aarch64: the levels' rows (neon is in every aarch64 CPU; dotprod needs
- * FEAT_DotProd), then the features kiln has no kernels for yet.  A feature
+ * FEAT_DotProd), the features whose kernels the dotprod level adds (i8mm,
+ * bf16), then the features kiln has no kernels for yet.  A feature
  * the OS was not asked about (arm_known = 0: neither Linux nor macOS) is
  * "unknown". */
 static void arm_rows(rows *r, const quant_cpu *p, int active, int top) {
@@ -233,7 +234,12 @@ static void arm_rows(rows *r, const quant_cpu *p, int active, int top) {
         !p->arm_known ? "the OS was not asked (not Linux or macOS)"
         : !p->dotprod ? "no FEAT_DotProd (sdot/udot)"
                       : "sdot/udot");
-    row(r, "cpu-i8mm", "cpu", !p->arm_known ? unk : avail(p->i8mm), 0, 0, "%s", p->i8mm ? "smmla" : "no FEAT_I8MM");
+    /* i8mm and bf16 add kernels to the dotprod level (on a CPU with dotprod) */
+    int dp = p->asimd && p->dotprod;
+    row(r, "cpu-i8mm", "cpu", !p->arm_known ? unk : avail(p->i8mm), 1, active == 2 && dp && p->i8mm, "%s",
+        p->i8mm ? "smmla for Q8_0, Q4_0 and Q4_K prompt matmuls" : "no FEAT_I8MM");
+    row(r, "cpu-bf16", "cpu", !p->arm_known ? unk : avail(p->bf16), 1, active == 2 && dp && p->bf16, "%s",
+        p->bf16 ? "bfdot for BF16 weights" : "no FEAT_BF16");
     row(r, "cpu-fp16", "cpu", !p->arm_known ? unk : avail(p->fp16), 0, 0, "%s",
         p->fp16 ? "half-precision arithmetic" : "no FEAT_FP16");
     row(r, "cpu-sve", "cpu", !p->arm_known ? unk : avail(p->sve), 0, 0, "%s", p->sve ? "SVE" : "no SVE");

@@ -70,5 +70,6 @@ kern_x8_dec_fn kern_x8_dec_best(int t) { return t >= 0 && t < QUANT_TYPE_COUNT ?
 
 kern_tile_fn kern_tile_at(int t, int isa) {
     const kern_level *l = kern_level_at(isa);
-    return l && t == QUANT_F16 ? l->tile_f16 : NULL;
+    if (!l) return NULL;
+    return t == QUANT_F16 ? l->tile_f16 : quant_tile_at(t, isa);
 }

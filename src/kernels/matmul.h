@@ -14,8 +14,8 @@
  * pack.h: for every batch when the weight was repacked at load, and for
  * batches of X8_MIN_TOK or more tokens otherwise (each 8-row group is then
  * packed on the fly into a small stack buffer, once per batch).  F16
- * takes its block kernel (kern_tile_fn) at the active level, for every batch
- * size: its outputs are that level's vec_dot bits, so a token's result
+ * (and, on aarch64 with FEAT_I8MM, Q8_0, Q4_0 and Q4_K) takes its block
+ * kernel (kern_tile_fn) at the active level, for every batch size: its outputs are that level's vec_dot bits, so a token's result
  * never depends on the batch it is in.  Other types, and leftover rows, go
  * row by row with the kq vec_dot: one weight stream at a time, which the
  * hardware prefetch serves best.
@@ -83,10 +83,12 @@ void kern_matmul(thread_pool *pool, const kern_mat *w, const float *x, int n_tok
 typedef void (*kern_tile_fn)(int n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt, float *y,
                              int64_t ldy);
 /* The block kernel of weight type t at level isa (a QUANT_ISA_* value), NULL
- * if t has none or the CPU lacks the level (kernels/level.c).  Only F16 has
- * one; the scalar level's is the reference vec_dot per output (within
+ * if t has none or the CPU lacks the level (kernels/level.c).  F16 has one at
+ * every level: the scalar level's is the reference vec_dot per output (within
  * tolerance), and quant_dot_f16_lanes the bit-exact twin of the AVX2 and
- * AVX-512 ones (matmul_avx2.c, matmul_avx512.c). */
+ * AVX-512 ones (matmul_avx2.c, matmul_avx512.c).  The other types take the
+ * quant folder's (quant_tile_at: Q8_0, Q4_0 and Q4_K by smmla on aarch64 with
+ * FEAT_I8MM), whose outputs are that level's vec_dot bits. */
 kern_tile_fn kern_tile_at(int t, int isa);
 
 /* Expands row r of w to F32 (used for embedding lookups). */
