@@ -101,7 +101,7 @@ static void rules(void) {
     c.avx512f = c.avx512dq = c.avx512bw = c.avx512vl = c.avx512vnni = c.avx512bf16 = 1;
     c.amx_tile = c.amx_int8 = c.amx_bf16 = 1;
     int n = backend_cpu_rows(&c, QUANT_ISA_AVX2, QUANT_ISA_AVX2, rows, 16);
-    CHECK(n == 7);
+    CHECK(n == 6);
     CHECK(is_avail(rows, n, "cpu-avx2") && find(rows, n, "cpu-avx2")->used);
     CHECK(!is_avail(rows, n, "cpu-avx512") && strstr(find(rows, n, "cpu-avx512")->detail, "ZMM"));
     CHECK(!is_avail(rows, n, "cpu-avx512-vnni") && !is_avail(rows, n, "cpu-avx512-bf16"));
