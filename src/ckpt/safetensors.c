@@ -55,8 +55,11 @@ kiln_status ckpt_read_safetensors(ckpt_file *f) {
     json_object_foreach(root, key, val) strbytes += strlen(key) + 1;
     if (meta) json_object_foreach(meta, key, val) {
             if (!json_is_string(val)) {
+                /* the message first: key lives in root */
+                const kiln_status st =
+                    base_fail(KILN_ERR_FORMAT, "safetensors __metadata__ value of '%s' is not a string", key);
                 json_decref(root);
-                return base_fail(KILN_ERR_FORMAT, "safetensors __metadata__ value of '%s' is not a string", key);
+                return st;
             }
             strbytes += strlen(key) + strlen(json_string_value(val)) + 2;
         }
